@@ -1,0 +1,37 @@
+# kettle's front door. `make run` and `make test` install what they need
+# (Debian packages, via scripts/install-deps.sh), build, and run.
+BUILD ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+MODEL ?= tests/data/goldens/llama/model
+PROMPT_IDS ?= 22,506,217,201,137
+
+.PHONY: all deps configure build test run bench clean format
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every test: unit, golden parity with transformers, and the CLI on real files.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The main job for now: one generation on a bundled checkpoint.
+run: build
+	$(BUILD)/kettle generate --model $(MODEL) --prompt-ids $(PROMPT_IDS) --max-tokens 24
+
+bench: build
+	$(BUILD)/kettle bench --synthetic llama-3.2-1b
+
+format:
+	clang-format -i $$(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'tests/*.h' 'bench/*.cpp')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,178 @@
+// cpu_matmul: argument checks, the split of output features over the pool,
+// path choice, and the OpenBLAS path (weights widened panel by panel into
+// per-thread scratch, then sgemm with OpenBLAS's own threading off).
+#include "backend/cpu/matmul.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "backend/cpu/convert.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/matmul_kernels.h"
+#include "tensor/host_buffer.h"
+#include "util/error.h"
+
+namespace kettle {
+namespace {
+
+// Rows per thread are a multiple of this, so every thread's rows fill whole
+// register tiles (the tiles are 4 or 8 rows) and start on a cache line.
+constexpr int64_t kRowAlign = 16;
+// Widened weight panel per sgemm call: big enough for OpenBLAS's blocking,
+// small enough to stay in L2 while it is used.
+constexpr int64_t kBlasPanelFloats = 256 * 1024;
+// From bench/matmul_bench.cpp on Zen 5 (OPENBLAS_CORETYPE=Haswell): below this
+// many tokens the AVX2 kernels beat sgemm on widened panels.
+constexpr int64_t kAvx2BlasMinTokens = 16;
+
+// Per-thread scratch, grown to the largest size seen and then reused: a
+// matmul allocates nothing once the model's shapes have been seen.
+enum ScratchSlot { kBiasSlot, kPanelSlot, kSlotCount };
+float* thread_scratch(ScratchSlot slot, int64_t count) {
+  thread_local std::array<HostBuffer<float>, kSlotCount> scratch;
+  HostBuffer<float>& buffer = scratch[slot];
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
+// sgemm's rounding depends on the panel's width, so panels sit at fixed
+// offsets and threads take whole panels: the thread count cannot change a bit.
+int64_t blas_panel_rows(int64_t k) {
+  int64_t rows = kBlasPanelFloats / std::max<int64_t>(1, k);
+  return std::max<int64_t>(kRowAlign, rows / kRowAlign * kRowAlign);
+}
+
+void blas_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
+  // Concurrent sgemm calls from our pool must not each start OpenBLAS threads.
+  static std::once_flag single_threaded;
+  std::call_once(single_threaded, [] { openblas_set_num_threads(1); });
+
+  int64_t panel_rows = blas_panel_rows(t.k);
+  size_t elem = dtype_size(t.dtype);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += panel_rows) {
+    int64_t rows = std::min(panel_rows, row_end - r0);
+    const float* panel;
+    const void* src = static_cast<const char*>(t.w) + r0 * t.k * static_cast<int64_t>(elem);
+    if (t.dtype == DType::kF32) {
+      panel = static_cast<const float*>(src);
+    } else {
+      float* scratch = thread_scratch(kPanelSlot, rows * t.k);
+      convert_to_f32(src, t.dtype, scratch, rows * t.k);
+      panel = scratch;
+    }
+    float beta = 0.0f;  // OpenBLAS writes C without reading it when beta is 0
+    if (t.bias != nullptr) {
+      for (int64_t c = 0; c < t.n; ++c) std::copy_n(t.bias + r0, rows, t.out + c * t.ldo + r0);
+      beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t.n),
+                static_cast<int>(rows), static_cast<int>(t.k), 1.0f, t.x, static_cast<int>(t.ldx),
+                panel, static_cast<int>(t.k), beta, t.out + r0, static_cast<int>(t.ldo));
+  }
+}
+
+using RowsFn = void (*)(const MatmulTask&, int64_t, int64_t);
+
+RowsFn rows_fn(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::kGeneric: return &matmul_rows_generic;
+    case MatmulPath::kAvx2: return &matmul_rows_avx2;
+    case MatmulPath::kAvx512: return &matmul_rows_avx512;
+    case MatmulPath::kBlas: return &blas_rows;
+  }
+  return &matmul_rows_generic;
+}
+
+void check_args(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
+                const float* out, int64_t ldo) {
+  if (w.rank() != 2 || w.data == nullptr)
+    fail(ErrorCategory::kInternal, "matmul: weight must be a 2-d tensor, got shape {}",
+         shape_string(w.shape));
+  int64_t m = w.shape[0], k = w.shape[1];
+  if (n < 0 || ldx < k || ldo < m || (n > 0 && (x == nullptr || out == nullptr)))
+    fail(ErrorCategory::kInternal,
+         "matmul: n={} ldx={} ldo={} do not fit weight {} (need ldx >= k, ldo >= m)", n, ldx, ldo,
+         shape_string(w.shape));
+  if (bias != nullptr && (bias->data == nullptr || bias->numel() != m))
+    fail(ErrorCategory::kInternal, "matmul: bias shape {} does not match weight {}",
+         shape_string(bias->shape), shape_string(w.shape));
+}
+
+}  // namespace
+
+const char* matmul_path_name(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::kGeneric: return "generic";
+    case MatmulPath::kAvx2: return "avx2";
+    case MatmulPath::kAvx512: return "avx512";
+    case MatmulPath::kBlas: return "openblas";
+  }
+  return "?";
+}
+
+bool matmul_path_available(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::kGeneric: return true;
+    case MatmulPath::kAvx2: return cpu_features().avx2_fma_f16c;
+    case MatmulPath::kAvx512: return cpu_features().avx512;
+    case MatmulPath::kBlas: return true;
+  }
+  return false;
+}
+
+MatmulPath choose_matmul_path(int64_t n, DType /*dtype*/) {
+  switch (best_cpu_isa()) {
+    case CpuIsa::kAvx512: return MatmulPath::kAvx512;
+    case CpuIsa::kAvx2: return n >= kAvx2BlasMinTokens ? MatmulPath::kBlas : MatmulPath::kAvx2;
+    case CpuIsa::kGeneric: return n >= 4 ? MatmulPath::kBlas : MatmulPath::kGeneric;
+  }
+  return MatmulPath::kGeneric;
+}
+
+void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
+                const Tensor* bias, float* out, int64_t ldo) {
+  cpu_matmul_on(choose_matmul_path(n, w.dtype), pool, x, n, ldx, w, bias, out, ldo);
+}
+
+void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx,
+                   const Tensor& w, const Tensor* bias, float* out, int64_t ldo) {
+  check_args(x, n, ldx, w, bias, out, ldo);
+  int64_t m = w.shape[0], k = w.shape[1];
+  if (n == 0 || m == 0) return;
+
+  MatmulTask task{x, n, ldx, w.data, w.dtype, k, nullptr, out, ldo};
+  if (bias != nullptr) {
+    if (bias->dtype == DType::kF32) {
+      task.bias = static_cast<const float*>(bias->data);
+    } else {
+      float* b = thread_scratch(kBiasSlot, m);
+      convert_to_f32(bias->data, bias->dtype, b, m);
+      task.bias = b;
+    }
+  }
+  if (k == 0) {  // an empty sum: out is the bias (or zero)
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = 0; r < m; ++r) out[c * ldo + r] = task.bias ? task.bias[r] : 0.0f;
+    return;
+  }
+
+  RowsFn fn = rows_fn(path);
+  int threads = pool.size();
+  int64_t granule = path == MatmulPath::kBlas ? blas_panel_rows(k) : kRowAlign;
+  int64_t granules = (m + granule - 1) / granule;
+  int64_t chunk = (granules + threads - 1) / threads * granule;
+  if (threads == 1 || chunk >= m) {
+    fn(task, 0, m);
+    return;
+  }
+  pool.run([&](int thread, int) {
+    int64_t begin = std::min(m, thread * chunk);
+    int64_t end = std::min(m, begin + chunk);
+    if (begin < end) fn(task, begin, end);
+  });
+}
+
+}  // namespace kettle

@@ -1,0 +1,37 @@
+// cpu_matmul: out = x · wᵀ (+ bias) for the CPU backend, split over a thread
+// pool by output feature and run by the best kernel for the CPU and shape.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+#include "util/thread_pool.h"
+
+namespace kettle {
+
+// Who computes a matmul: one of the register-tiled kernels, or OpenBLAS sgemm
+// on weight panels widened to f32.
+enum class MatmulPath { kGeneric, kAvx2, kAvx512, kBlas };
+
+const char* matmul_path_name(MatmulPath path);
+
+// Whether this CPU can run the path (the ISA cap is not consulted).
+bool matmul_path_available(MatmulPath path);
+
+// The path cpu_matmul takes for n token rows of weights in dtype, under the ISA
+// cap of set_cpu_isa_cap.
+MatmulPath choose_matmul_path(int64_t n, DType dtype);
+
+// out[n, m] (row stride ldo) = x[n, k] (row stride ldx) · wᵀ (+ bias[m]).
+// w: [m, k] row-major bf16/f16/f32; bias: [m] bf16/f16/f32 or nullptr.
+// All arithmetic is f32; bf16/f16 weights are widened exactly. out must not
+// overlap x. Throws kettle::Error (kInternal) on inconsistent shapes.
+void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
+                const Tensor* bias, float* out, int64_t ldo);
+
+// cpu_matmul on a given path (tests and benchmarks force each one). The path
+// must be available.
+void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx,
+                   const Tensor& w, const Tensor* bias, float* out, int64_t ldo);
+
+}  // namespace kettle

@@ -1,0 +1,252 @@
+// AVX-512 matmul and conversion kernels. A register tile of R weight rows ×
+// C token rows keeps R·C zmm accumulators summing along k; weights are widened
+// to f32 on load (bf16 exactly by a 16-bit shift, f16 by vcvtph2ps), so all
+// arithmetic is f32 and activations are never rounded.
+// GCC 12 flags the _mm512_undefined_* pass-through inside its own intrinsic
+// headers as uninitialised (GCC bug 105593); silence it for the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "backend/cpu/matmul_kernels.h"
+
+namespace kettle {
+namespace {
+
+struct LoadBf16 {
+  using T = uint16_t;
+  static __m512 widen(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  }
+  static __m512 load(const T* p) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load_tail(const T* p, __mmask16 mask) {
+    return widen(_mm256_maskz_loadu_epi16(mask, p));
+  }
+};
+
+struct LoadF16 {
+  using T = uint16_t;
+  static __m512 load(const T* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 load_tail(const T* p, __mmask16 mask) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+  }
+};
+
+struct LoadF32 {
+  using T = float;
+  static __m512 load(const T* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_tail(const T* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+};
+
+// One register tile over the k range [k0, k1) of a k-block.
+struct TileArgs {
+  const void* w;  // weight row r0, element 0
+  int64_t ldw;    // = k
+  const float* x; // token row c0, element 0
+  int64_t ldx;
+  int64_t k0, k1;
+  float* out;          // out[c0, r0]
+  int64_t ldo;
+  const float* bias;   // bias[r0] or nullptr; added by the first k-block only
+  bool accumulate;     // later k-blocks add to what the earlier ones stored
+};
+
+using TileFn = void (*)(const TileArgs&);
+
+// Tile shapes and block sizes, chosen by bench/matmul_bench.cpp on Zen 5.
+constexpr int64_t kGemvMaxTokens = 3;
+constexpr int64_t kGemmKBlock = 512;   // multiple of 16
+constexpr int64_t kGemmRowBlock = 256;
+
+// Sums the 16 lanes of each of a, b, c, d into [Σa, Σb, Σc, Σd].
+inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+template <class L, int R, int C>
+void tile(const TileArgs& a) {
+  using T = typename L::T;
+  const T* w[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) w[r] = static_cast<const T*>(a.w) + r * a.ldw;
+  const float* x[C];
+  #pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) x[c] = a.x + c * a.ldx;
+
+  __m512 acc[R][C];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+
+  int64_t i = a.k0;
+  for (; i + 16 <= a.k1; i += 16) {
+    __m512 xv[C];
+    #pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x[c] + i);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      __m512 wv = L::load(w[r] + i);
+      #pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
+    }
+  }
+  if (i < a.k1) {
+    // Masked loads read nothing past the row end, and zeros in both operands
+    // keep garbage (possibly NaN bits) out of the sums.
+    __mmask16 mask = static_cast<__mmask16>((1u << (a.k1 - i)) - 1);
+    __m512 xv[C];
+    #pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x[c] + i);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      __m512 wv = L::load_tail(w[r] + i, mask);
+      #pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
+    }
+  }
+
+  #pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    float* o = a.out + c * a.ldo;
+    int r = 0;
+    #pragma GCC unroll 16
+    for (; r + 4 <= R; r += 4) {
+      __m128 s = reduce4(acc[r][c], acc[r + 1][c], acc[r + 2][c], acc[r + 3][c]);
+      if (a.accumulate) {
+        s = _mm_add_ps(s, _mm_loadu_ps(o + r));
+      } else if (a.bias != nullptr) {
+        s = _mm_add_ps(s, _mm_loadu_ps(a.bias + r));
+      }
+      _mm_storeu_ps(o + r, s);
+    }
+    #pragma GCC unroll 16
+    for (; r < R; ++r) {
+      float s = _mm512_reduce_add_ps(acc[r][c]);
+      if (a.accumulate) {
+        s += o[r];
+      } else if (a.bias != nullptr) {
+        s += a.bias[r];
+      }
+      o[r] = s;
+    }
+  }
+}
+
+// table[r - 1][c - 1] = tile<L, r, c>, so ragged edges get exact-size tiles.
+template <class L, int R, size_t... Cs>
+constexpr std::array<TileFn, sizeof...(Cs)> tile_row(std::index_sequence<Cs...>) {
+  return {&tile<L, R, static_cast<int>(Cs) + 1>...};
+}
+template <class L, int C, size_t... Rs>
+constexpr std::array<std::array<TileFn, C>, sizeof...(Rs)> tile_table(std::index_sequence<Rs...>) {
+  return {tile_row<L, static_cast<int>(Rs) + 1>(std::make_index_sequence<C>{})...};
+}
+
+// Loop nest of one thread's rows, BLAS-style: a block of rows × a k-block of
+// weights stays in L2 while every token tile meets it; a token tile (C rows ×
+// the k-block) stays in L1 while every R-row tile of the block streams past.
+// The x tile is the operand loaded most often (C zmm per k-step against R
+// half-width weight loads), so it is the one kept closest.
+static const int64_t kPrefetchTiles = std::getenv("KT_PF") ? std::atoll(std::getenv("KT_PF")) : 0;
+template <class L, int R, int C>
+void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, int64_t row_block,
+              int64_t k_block) {
+  static constexpr auto kTable = tile_table<L, C>(std::make_index_sequence<R>{});
+  using T = typename L::T;
+  const T* w = static_cast<const T*>(t.w);
+  for (int64_t b0 = row_begin; b0 < row_end; b0 += row_block) {
+    int64_t b1 = std::min(row_end, b0 + row_block);
+    for (int64_t k0 = 0; k0 < t.k; k0 += k_block) {
+      int64_t k1 = std::min(t.k, k0 + k_block);
+      for (int64_t c0 = 0; c0 < t.n; c0 += C) {
+        int64_t cc = std::min<int64_t>(C, t.n - c0);
+        for (int64_t r0 = b0; r0 < b1; r0 += R) {
+          int64_t rr = std::min<int64_t>(R, b1 - r0);
+          TileArgs a{w + r0 * t.k, t.k,  t.x + c0 * t.ldx,
+                     t.ldx,        k0,   k1,
+                     t.out + c0 * t.ldo + r0, t.ldo, t.bias ? t.bias + r0 : nullptr,
+                     k0 > 0};
+          if (c0 == 0 && kPrefetchTiles > 0) {
+            int64_t p0 = r0 + kPrefetchTiles * R;
+            int64_t p1 = std::min(b1, p0 + R);
+            for (int64_t r = p0; r < p1; ++r) {
+              const char* row = reinterpret_cast<const char*>(w + r * t.k + k0);
+              const char* end = reinterpret_cast<const char*>(w + r * t.k + k1);
+              for (; row < end; row += 64) _mm_prefetch(row, _MM_HINT_T0);
+            }
+          }
+          kTable[rr - 1][cc - 1](a);
+        }
+      }
+    }
+  }
+}
+
+int64_t tune(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
+
+template <class L>
+void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
+  static const int64_t gemv_max = tune("KT_GEMV_MAX", kGemvMaxTokens);
+  static const int64_t kb = tune("KT_KB", kGemmKBlock);
+  static const int64_t mb = tune("KT_MB", kGemmRowBlock);
+  if (t.n <= gemv_max) {
+    // Decode: each weight row is read once, the few token rows sit in L1/L2.
+    run_rows<L, 8, 3>(t, row_begin, row_end, 8, t.k);
+    return;
+  }
+  run_rows<L, 4, 6>(t, row_begin, row_end, mb, kb);
+}
+
+}  // namespace
+
+void matmul_rows_avx512(const MatmulTask& task, int64_t row_begin, int64_t row_end) {
+  switch (task.dtype) {
+    case DType::kBF16: return matmul_rows<LoadBf16>(task, row_begin, row_end);
+    case DType::kF16: return matmul_rows<LoadF16>(task, row_begin, row_end);
+    case DType::kF32: return matmul_rows<LoadF32>(task, row_begin, row_end);
+  }
+}
+
+void convert_to_f32_avx512(const void* src, DType dtype, float* dst, int64_t n) {
+  if (dtype == DType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  if (dtype == DType::kBF16) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, LoadBf16::load(s + i));
+  } else {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, LoadF16::load(s + i));
+  }
+  if (i < n) {
+    __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512 v = dtype == DType::kBF16 ? LoadBf16::load_tail(s + i, mask)
+                                     : LoadF16::load_tail(s + i, mask);
+    _mm512_mask_storeu_ps(dst + i, mask, v);
+  }
+}
+
+}  // namespace kettle

@@ -1,0 +1,38 @@
+// The CPU backend's ops as free functions over a ThreadPool, one file per
+// op family (norm.cpp, rope.cpp, attention.cpp, activation.cpp, moe.cpp;
+// matmul.h for the GEMM family). CpuBackend forwards to these.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "util/thread_pool.h"
+
+namespace kettle::cpu {
+
+void embed(ThreadPool& pool, const int32_t* ids, int64_t n, const Tensor& table, float scale,
+           float* out);
+
+void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, int64_t ld,
+              const Tensor& weight, float eps, bool add_one, float* out, int64_t ldo);
+
+void add(ThreadPool& pool, float* x, const float* y, int64_t n);
+
+void rope(ThreadPool& pool, float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim,
+          const int32_t* positions, const RopeParams& rope);
+
+void gated_activation(ThreadPool& pool, const float* gate, const float* up, int64_t n,
+                      int64_t width, int64_t ld, Activation act, float* out, int64_t ldo);
+float activate(Activation act, float x);
+
+void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const float* k_cache,
+               const float* v_cache, int64_t ld_kv, int64_t start, const AttentionParams& params,
+               float* out, int64_t ldo);
+
+void softcap(ThreadPool& pool, float* x, int64_t n, float cap);
+
+void moe(ThreadPool& pool, const float* x, int64_t n, int64_t hidden, const Tensor& router,
+         const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out);
+
+}  // namespace kettle::cpu

@@ -1,0 +1,137 @@
+// `kettle bench`: prefill and decode speed of this machine and this stack,
+// llama-bench style (pp: one forward over N prompt tokens; tg: N single-token
+// forwards from an empty cache), with achieved weight-streaming GB/s and the
+// process's peak memory.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "model/transformer.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/timer.h"
+
+namespace kettle::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model;
+  std::string synthetic;
+  int prompt_tokens = 128;
+  int gen_tokens = 32;
+  int repetitions = 3;
+  bool json = false;
+  ThreadOption threads;
+};
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+
+Stat stat_of(const std::vector<double>& v) {
+  Stat s;
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  return s;
+}
+
+std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+  return ids;
+}
+
+double prefill_tps(Transformer& t, const std::vector<int32_t>& ids, HostBuffer<float>& logits) {
+  KvCache kv = t.new_cache();
+  Timer timer;
+  t.forward(ids.data(), static_cast<int64_t>(ids.size()), kv, LogitsFor::kLastToken, logits.data());
+  return static_cast<double>(ids.size()) / timer.seconds();
+}
+
+double decode_tps(Transformer& t, int n, HostBuffer<float>& logits) {
+  KvCache kv = t.new_cache();
+  int32_t token = 1;
+  Timer timer;
+  for (int i = 0; i < n; ++i) {
+    t.forward(&token, 1, kv, LogitsFor::kLastToken, logits.data());
+    token = argmax(logits.data(), t.spec().vocab_size);
+  }
+  return n / timer.seconds();
+}
+
+double peak_rss_gib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB
+}
+
+int run_bench(const BenchFlags& f) {
+  if (f.model.empty() == f.synthetic.empty())
+    fail(ErrorCategory::kInvalidArgument, "bench: give a model folder or --synthetic PRESET (one of them)");
+  if (f.json) log::set_level(log::Level::kQuiet);
+  Timer load_timer;
+  Model model = f.synthetic.empty() ? load_model(f.model) : make_synthetic_model(f.synthetic);
+  log::info("model {} ready in {:.0f} ms ({:.2f} GB of weights)", model.source, load_timer.millis(), model.weight_bytes() / 1e9);
+
+  const int threads = f.threads.resolve();
+  auto backend = make_cpu_backend(threads);
+  Transformer transformer(model, *backend);
+  HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
+  auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
+
+  prefill_tps(transformer, bench_tokens(std::min(f.prompt_tokens, 16), model.spec.vocab_size), logits);  // warm-up
+  std::vector<double> pp, tg;
+  for (int r = 0; r < f.repetitions; ++r) {
+    pp.push_back(prefill_tps(transformer, prompt, logits));
+    tg.push_back(decode_tps(transformer, f.gen_tokens, logits));
+  }
+  Stat p = stat_of(pp), g = stat_of(tg);
+  const double gbps = g.mean * static_cast<double>(model.weight_bytes()) / 1e9;
+  const double rss = peak_rss_gib();
+  if (f.json) {
+    nlohmann::json out = {{"model", model.source},       {"backend", backend->name()},
+                          {"threads", threads},          {"weight_bytes", model.weight_bytes()},
+                          {"prompt_tokens", f.prompt_tokens}, {"gen_tokens", f.gen_tokens},
+                          {"prefill_tokens_per_second", p.mean}, {"prefill_sd", p.sd},
+                          {"decode_tokens_per_second", g.mean},  {"decode_sd", g.sd},
+                          {"decode_weight_gb_per_second", gbps}, {"peak_rss_gib", rss}};
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("| model | backend | threads | test | tok/s | weight GB/s |\n|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %d | pp%d | %.2f ± %.2f | |\n", model.source.c_str(), backend->name().c_str(), threads,
+              f.prompt_tokens, p.mean, p.sd);
+  std::printf("| %s | %s | %d | tg%d | %.2f ± %.2f | %.1f |\n", model.source.c_str(), backend->name().c_str(), threads,
+              f.gen_tokens, g.mean, g.sd, gbps);
+  std::printf("peak memory (RSS): %.2f GiB\n", rss);
+  return 0;
+}
+
+}  // namespace
+
+Action register_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  app.add_option("model", f->model, "Hugging Face model folder");
+  app.add_option("--synthetic", f->synthetic,
+                 "random weights of a real shape: llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, qwen2.5-0.5b, gemma-2-2b, tiny, "
+                 "or a config.json path");
+  app.add_option("-p,--prompt-tokens", f->prompt_tokens, "prompt length of the prefill test")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-g,--gen-tokens", f->gen_tokens, "tokens of the decode test")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-r,--repetitions", f->repetitions, "runs of each test (mean ± sd reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--json", f->json, "print one JSON object instead of the table");
+  f->threads.add_to(app);
+  return [f] { return run_bench(*f); };
+}
+
+}  // namespace kettle::cli

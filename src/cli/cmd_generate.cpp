@@ -1,0 +1,128 @@
+// `kettle generate`: load a model, run one prompt, print the tokens (or one
+// JSON object with --json). Sampling flags default to generation_config.json.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <random>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "engine/generator.h"
+#include "model/model.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/timer.h"
+
+namespace kettle::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::string prompt_ids;
+  int64_t max_tokens = 128;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  bool json = false;
+  bool ignore_eos = false;
+  std::string dump_logits;
+  ThreadOption threads;
+  CLI::Option* temperature_opt = nullptr;
+  CLI::Option* top_k_opt = nullptr;
+  CLI::Option* top_p_opt = nullptr;
+  CLI::Option* min_p_opt = nullptr;
+  CLI::Option* seed_opt = nullptr;
+};
+
+SamplingParams sampling_from(const GenerateFlags& f, const GenerationDefaults& defaults) {
+  SamplingParams p = default_sampling(defaults);
+  if (f.temperature_opt->count()) p.temperature = f.temperature;
+  if (f.top_k_opt->count()) p.top_k = f.top_k;
+  if (f.top_p_opt->count()) p.top_p = f.top_p;
+  if (f.min_p_opt->count()) p.min_p = f.min_p;
+  p.seed = f.seed_opt->count() ? f.seed : std::random_device{}();
+  return p;
+}
+
+int run_generate(const GenerateFlags& f) {
+  if (f.json) log::set_level(log::Level::kQuiet);
+  std::vector<int32_t> prompt = parse_id_list(f.prompt_ids, "--prompt-ids");
+
+  Timer load_timer;
+  Model model = load_model(f.model);
+  double load_ms = load_timer.millis();
+  log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
+
+  auto backend = make_cpu_backend(f.threads.resolve());
+  Transformer transformer(model, *backend);
+  GenerationRequest request;
+  request.prompt = std::move(prompt);
+  request.max_tokens = f.max_tokens;
+  request.sampling = sampling_from(f, model.generation);
+  if (!f.ignore_eos) request.stop_ids = model.generation.eos_token_ids;
+  request.logits_dump_path = f.dump_logits;
+
+  bool first = true;
+  auto on_token = [&](int32_t token) {
+    if (f.json) return;
+    std::printf("%s%d", first ? "" : ",", token);
+    std::fflush(stdout);
+    first = false;
+  };
+  GenerationResult result = generate(transformer, request, on_token);
+  const auto n_prompt = static_cast<int64_t>(request.prompt.size());
+  const auto n_new = static_cast<int64_t>(result.tokens.size());
+  const double prefill_tps = n_prompt / (result.prefill_ms / 1e3);
+  const double decode_tps = n_new > 1 ? (n_new - 1) / (result.decode_ms / 1e3) : 0.0;
+  if (f.json) {
+    nlohmann::json out = {
+        {"model", f.model},
+        {"token_ids", result.tokens},
+        {"prompt_tokens", n_prompt},
+        {"completion_tokens", n_new},
+        {"finish_reason", result.finish_reason},
+        {"seed", request.sampling.seed},
+        {"timings",
+         {{"load_ms", load_ms},
+          {"prefill_ms", result.prefill_ms},
+          {"decode_ms", result.decode_ms},
+          {"prefill_tokens_per_second", prefill_tps},
+          {"decode_tokens_per_second", decode_tps}}}};
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("\n");
+    log::info("prompt {} tokens in {:.1f} ms ({:.1f} tok/s); generated {} tokens in {:.1f} ms ({:.1f} tok/s), {}",
+              n_prompt, result.prefill_ms, prefill_tps, n_new, result.decode_ms, decode_tps, result.finish_reason);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action register_generate(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  app.add_option("-m,--model", f->model, "Hugging Face model folder (config.json + *.safetensors)")->required();
+  app.add_option("--prompt-ids", f->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3")->required();
+  app.add_option("-n,--max-tokens", f->max_tokens, "most tokens to generate")->check(CLI::PositiveNumber)->capture_default_str();
+  f->temperature_opt = app.add_option("--temp,--temperature", f->temperature,
+                                      "sampling temperature, 0 = greedy (default: generation_config.json, else greedy)")
+                           ->check(CLI::NonNegativeNumber);
+  f->top_k_opt = app.add_option("--top-k", f->top_k, "keep the k most likely tokens, 0 = off (default: generation_config.json, else 50)")
+                     ->check(CLI::NonNegativeNumber);
+  f->top_p_opt = app.add_option("--top-p", f->top_p, "nucleus sampling mass, 1 = off (default: generation_config.json, else 1)")
+                     ->check(CLI::Range(0.0f, 1.0f));
+  f->min_p_opt = app.add_option("--min-p", f->min_p, "drop tokens below min_p × the top probability, 0 = off (default: 0)")
+                     ->check(CLI::Range(0.0f, 1.0f));
+  f->seed_opt = app.add_option("--seed", f->seed, "random seed; the same seed reproduces a sampled run (default: random)");
+  app.add_flag("--json", f->json, "print one JSON object (token_ids, prompt_tokens, completion_tokens, timings)");
+  app.add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");
+  app.add_option("--dump-logits", f->dump_logits, "write f32 logits of every prompt position to this file (row-major)");
+  f->threads.add_to(app);
+  return [f] { return run_generate(*f); };
+}
+
+}  // namespace kettle::cli

@@ -1,0 +1,16 @@
+// One function per command: registers its flags on the app and returns the
+// action to run once parsing succeeded.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace kettle::cli {
+
+using Action = std::function<int()>;
+
+Action register_generate(CLI::App& app);
+Action register_bench(CLI::App& app);
+
+}  // namespace kettle::cli

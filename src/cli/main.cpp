@@ -1,0 +1,43 @@
+// kettle: entry point. Dispatches to one command per file; turns every
+// kettle::Error into a one-line message and a non-zero exit code.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <new>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kettle: a local LLM inference appliance"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, kettle::cli::Action> actions;
+  auto add = [&](const char* name, const char* help, kettle::cli::Action (*reg)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    actions[sub] = reg(*sub);
+  };
+  add("generate", "one-shot generation from prompt token ids", kettle::cli::register_generate);
+  add("bench", "measure prefill and decode speed and peak memory", kettle::cli::register_bench);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, action] : actions)
+      if (sub->parsed()) return action();
+  } catch (const kettle::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 6;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 70;
+  }
+  return 0;
+}

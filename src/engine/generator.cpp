@@ -1,0 +1,67 @@
+// Prefill once, then one forward per new token; stops at an end-of-sequence
+// id or max_tokens. Validates the prompt before any work.
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace kettle {
+
+SamplingParams default_sampling(const GenerationDefaults& d) {
+  SamplingParams p;
+  if (!d.do_sample) return p;  // greedy
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  p.min_p = d.min_p;
+  return p;
+}
+
+GenerationResult generate(Transformer& transformer, const GenerationRequest& request,
+                          const std::function<void(int32_t)>& on_token) {
+  const ModelSpec& spec = transformer.spec();
+  if (request.prompt.empty()) fail(ErrorCategory::kInvalidArgument, "the prompt is empty: give at least one token");
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    int32_t id = request.prompt[i];
+    if (id < 0 || id >= spec.vocab_size)
+      fail(ErrorCategory::kInvalidArgument, "prompt token {} (position {}) is outside the vocabulary [0, {})", id, i,
+           spec.vocab_size);
+  }
+  GenerationResult result;
+  result.finish_reason = "length";
+  KvCache kv = transformer.new_cache();
+  Sampler sampler(request.sampling);
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  const bool dump = !request.logits_dump_path.empty();
+  HostBuffer<float> logits(static_cast<size_t>((dump ? n : 1) * spec.vocab_size));
+
+  Timer timer;
+  transformer.forward(request.prompt.data(), n, kv, dump ? LogitsFor::kAllTokens : LogitsFor::kLastToken, logits.data());
+  result.prefill_ms = timer.millis();
+  if (dump) {
+    std::ofstream out(request.logits_dump_path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    if (!out) fail(ErrorCategory::kInvalidArgument, "cannot write logits to {}", request.logits_dump_path);
+  }
+  const float* last = logits.data() + (dump ? (n - 1) * spec.vocab_size : 0);
+
+  timer.reset();
+  for (int64_t step = 0; step < request.max_tokens; ++step) {
+    int32_t token = sampler.sample(step == 0 ? last : logits.data(), spec.vocab_size);
+    result.tokens.push_back(token);
+    if (on_token) on_token(token);
+    if (std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (step + 1 == request.max_tokens) break;
+    transformer.forward(&token, 1, kv, LogitsFor::kLastToken, logits.data());
+  }
+  result.decode_ms = timer.millis();
+  return result;
+}
+
+}  // namespace kettle

@@ -1,0 +1,48 @@
+// Model loading: config → spec, safetensors → store, names → slots.
+#include "model/model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "model/config.h"
+#include "util/error.h"
+
+namespace kettle {
+
+Model load_model(const std::string& folder) {
+  Model model;
+  model.source = folder;
+  try {
+    model.spec = load_model_config(folder);
+    model.generation = load_generation_defaults(folder);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCategory::kInvalidData, "{}/config.json: unexpected value ({})", folder, e.what());
+  }
+  model.store = std::make_shared<WeightStore>(WeightStore::open_folder(folder));
+  model.weights = bind_weights(model.spec, *model.store);
+  return model;
+}
+
+size_t Model::weight_bytes() const {
+  std::set<const void*> seen;
+  size_t total = 0;
+  auto count = [&](const Tensor& t) {
+    if (!t.empty() && seen.insert(t.data).second) total += t.nbytes();
+  };
+  count(weights.lm_head);
+  count(weights.final_norm);
+  for (const auto& l : weights.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.q, &l.k, &l.v, &l.qkv, &l.o, &l.q_norm, &l.k_norm, &l.attn_post_norm,
+                            &l.ffn_norm, &l.ffn_post_norm, &l.gate, &l.up, &l.gate_up, &l.down, &l.router})
+      count(*t);
+    for (const auto& e : l.experts) {
+      count(e.gate);
+      count(e.up);
+      count(e.down);
+    }
+  }
+  return total;
+}
+
+}  // namespace kettle

@@ -1,0 +1,16 @@
+// Synthetic models: random bf16 weights of a real model's shape, built in
+// memory, for benchmarks (`kettle bench --synthetic llama-3.2-1b`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace kettle {
+
+// A preset name (llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, ...) or a path to a config.json.
+Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed = 1);
+std::vector<std::string> synthetic_presets();
+
+}  // namespace kettle

@@ -1,0 +1,108 @@
+// Opening a model folder's safetensors (single file or sharded by index).
+#include "model/weight_store.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "util/error.h"
+
+namespace kettle {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> shard_files(const fs::path& folder) {
+  fs::path index = folder / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      fail(ErrorCategory::kInvalidData, "{}: not a valid shard index (no weight_map object)", index.string());
+    std::set<std::string> files;
+    for (auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string()) fail(ErrorCategory::kInvalidData, "{}: weight_map entry '{}' is not a file name", index.string(), name);
+      files.insert(file.get<std::string>());
+    }
+    std::vector<std::string> paths;
+    for (auto& f : files) {
+      fs::path p = folder / f;
+      if (!fs::exists(p))
+        fail(ErrorCategory::kNotFound, "{} names shard {}, which does not exist", index.string(), p.string());
+      paths.push_back(p.string());
+    }
+    return paths;
+  }
+  fs::path single = folder / "model.safetensors";
+  if (fs::exists(single)) return {single.string()};
+  std::vector<std::string> found;
+  for (auto& e : fs::directory_iterator(folder))
+    if (e.path().extension() == ".safetensors") found.push_back(e.path().string());
+  if (found.empty())
+    fail(ErrorCategory::kNotFound, "{}: no model.safetensors, shard index or *.safetensors file", folder.string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+WeightStore WeightStore::open_folder(const std::string& folder) {
+  WeightStore store;
+  store.folder_ = folder;
+  for (const auto& path : shard_files(folder)) {
+    auto file = std::make_shared<SafetensorsFile>(path);
+    for (const auto& [name, entry] : file->entries()) {
+      if (entry.tensor.data == nullptr) {
+        store.bad_dtype_[name] = entry.dtype_name;
+        continue;
+      }
+      store.index_[name] = {entry.tensor, path};
+    }
+    store.files_.push_back(std::move(file));
+  }
+  return store;
+}
+
+Tensor WeightStore::get(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it != index_.end()) return it->second.first;
+  auto bad = bad_dtype_.find(name);
+  if (bad != bad_dtype_.end())
+    fail(ErrorCategory::kUnsupported, "{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", folder_, name, bad->second);
+  fail(ErrorCategory::kInvalidData, "{}: missing tensor '{}'", folder_, name);
+}
+
+Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (fabricator_ && !contains(name)) {
+    Tensor made;
+    auto storage = fabricator_(name, shape, made);
+    add_owned(name, made, std::move(storage));
+  }
+  Tensor t = get(name);
+  if (t.shape != shape)
+    fail(ErrorCategory::kInvalidData, "{}: tensor '{}' has shape {}, expected {} from config.json", folder_, name,
+         shape_string(t.shape), shape_string(shape));
+  return t;
+}
+
+std::vector<std::string> WeightStore::names() const {
+  std::vector<std::string> out;
+  for (auto& [name, _] : index_) out.push_back(name);
+  return out;
+}
+
+WeightStore WeightStore::fabricated(Fabricator fabricator) {
+  WeightStore store;
+  store.folder_ = "(synthetic)";
+  store.fabricator_ = std::move(fabricator);
+  return store;
+}
+
+void WeightStore::add_owned(const std::string& name, Tensor tensor, std::shared_ptr<void> storage) const {
+  owned_.push_back(std::move(storage));
+  index_[name] = {std::move(tensor), "(in memory)"};
+}
+
+}  // namespace kettle

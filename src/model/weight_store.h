@@ -1,0 +1,46 @@
+// WeightStore: every tensor of a model folder by name, across one
+// model.safetensors or the shards a model.safetensors.index.json names.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/safetensors.h"
+
+namespace kettle {
+
+class WeightStore {
+ public:
+  WeightStore() = default;
+  static WeightStore open_folder(const std::string& folder);  // throws naming the missing/corrupt file
+
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  // The tensor, or an error naming it (and the folder) when it is absent or of a non-float dtype.
+  Tensor get(const std::string& name) const;
+  // Like get(), and checks the shape: an error names the tensor, the expected and the actual shape.
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::vector<std::string> names() const;
+
+  // Tensors owned here (synthetic weights, converted copies).
+  void add_owned(const std::string& name, Tensor tensor, std::shared_ptr<void> storage) const;
+
+  // A store with no files whose required tensors are made on first request (synthetic models).
+  using Fabricator = std::function<std::shared_ptr<void>(const std::string& name, const std::vector<int64_t>& shape,
+                                                         Tensor& out)>;
+  static WeightStore fabricated(Fabricator fabricator);
+
+  const std::string& folder() const { return folder_; }
+
+ private:
+  std::string folder_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  mutable std::vector<std::shared_ptr<void>> owned_;
+  mutable std::map<std::string, std::pair<Tensor, std::string>> index_;  // name -> (tensor, file)
+  std::map<std::string, std::string> bad_dtype_;  // name -> dtype kettle cannot use
+  Fabricator fabricator_;
+};
+
+}  // namespace kettle

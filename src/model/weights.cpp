@@ -1,0 +1,130 @@
+// Tensor-name mapping (Hugging Face names) and shape checks. Fused
+// projections (qkv_proj, gate_up_proj, stacked experts) are detected from
+// the checkpoint rather than from the family, so other spellings load too.
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+#include "model/arch/arch_table.h"
+#include "util/error.h"
+
+namespace kettle {
+namespace {
+
+class Binder {
+ public:
+  Binder(const WeightStore& store, int64_t layer) : store_(store), prefix_(fmt::format("model.layers.{}.", layer)) {}
+
+  bool has(const std::string& suffix) const { return store_.contains(prefix_ + suffix); }
+  Tensor need(const std::string& suffix, std::vector<int64_t> shape) const { return store_.get(prefix_ + suffix, shape); }
+  Tensor maybe(const std::string& suffix, std::vector<int64_t> shape) const {
+    return has(suffix) ? need(suffix, std::move(shape)) : Tensor{};
+  }
+
+ private:
+  const WeightStore& store_;
+  std::string prefix_;
+};
+
+// Expert e of a stacked [n_experts, rows, cols] tensor, as a [rows, cols] view.
+Tensor expert_slice(const Tensor& stacked, int64_t e) {
+  Tensor view = stacked;
+  view.shape = {stacked.dim(1), stacked.dim(2)};
+  view.data = static_cast<const uint8_t*>(stacked.data) + static_cast<size_t>(e) * view.nbytes();
+  return view;
+}
+
+void bind_attention(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
+  const int64_t h = s.hidden_size, q = s.q_size(), kv = s.kv_size();
+  if (b.has("self_attn.qkv_proj.weight")) {
+    w.qkv = b.need("self_attn.qkv_proj.weight", {q + 2 * kv, h});
+    w.qkv_bias = b.maybe("self_attn.qkv_proj.bias", {q + 2 * kv});
+  } else {
+    w.q = b.need("self_attn.q_proj.weight", {q, h});
+    w.k = b.need("self_attn.k_proj.weight", {kv, h});
+    w.v = b.need("self_attn.v_proj.weight", {kv, h});
+    // Biases and q/k norms load whenever the checkpoint has them; the family table says
+    // which ones must be there.
+    const auto bias = [&](const char* name, int64_t size) {
+      return arch.qkv_bias ? b.need(name, {size}) : b.maybe(name, {size});
+    };
+    w.q_bias = bias("self_attn.q_proj.bias", q);
+    w.k_bias = bias("self_attn.k_proj.bias", kv);
+    w.v_bias = bias("self_attn.v_proj.bias", kv);
+  }
+  w.o = b.need("self_attn.o_proj.weight", {h, q});
+  w.o_bias = b.maybe("self_attn.o_proj.bias", {h});
+  w.q_norm = arch.qk_norm ? b.need("self_attn.q_norm.weight", {s.head_dim}) : b.maybe("self_attn.q_norm.weight", {s.head_dim});
+  w.k_norm = arch.qk_norm ? b.need("self_attn.k_norm.weight", {s.head_dim}) : b.maybe("self_attn.k_norm.weight", {s.head_dim});
+}
+
+void bind_dense_mlp(const ModelSpec& s, const Binder& b, LayerWeights& w) {
+  const int64_t h = s.hidden_size, inter = s.intermediate_size;
+  if (b.has("mlp.gate_up_proj.weight")) {
+    w.gate_up = b.need("mlp.gate_up_proj.weight", {2 * inter, h});
+  } else {
+    w.gate = b.need("mlp.gate_proj.weight", {inter, h});
+    w.up = b.need("mlp.up_proj.weight", {inter, h});
+    w.gate_bias = b.maybe("mlp.gate_proj.bias", {inter});
+    w.up_bias = b.maybe("mlp.up_proj.bias", {inter});
+  }
+  w.down = b.need("mlp.down_proj.weight", {h, inter});
+  w.down_bias = b.maybe("mlp.down_proj.bias", {h});
+}
+
+void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
+  const int64_t h = s.hidden_size, inter = s.expert_intermediate_size, n = s.n_experts;
+  const std::string block = std::string(arch.moe_block) + ".";
+  w.router = b.need(block + "gate.weight", {n, h});
+  w.experts.resize(static_cast<size_t>(n));
+  if (b.has(block + "experts.gate_up_proj")) {  // transformers 5 stacked layout
+    Tensor gate_up = b.need(block + "experts.gate_up_proj", {n, 2 * inter, h});
+    Tensor down = b.need(block + "experts.down_proj", {n, h, inter});
+    for (int64_t e = 0; e < n; ++e) {
+      Tensor both = expert_slice(gate_up, e);
+      w.experts[static_cast<size_t>(e)] = {both.rows(0, inter), both.rows(inter, inter), expert_slice(down, e)};
+    }
+    return;
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    std::string p = fmt::format("{}experts.{}.", block, e);
+    w.experts[static_cast<size_t>(e)] = {b.need(p + std::string(arch.expert_gate) + ".weight", {inter, h}),
+                                         b.need(p + std::string(arch.expert_up) + ".weight", {inter, h}),
+                                         b.need(p + std::string(arch.expert_down) + ".weight", {h, inter})};
+  }
+}
+
+}  // namespace
+
+ModelWeights bind_weights(const ModelSpec& s, const WeightStore& store) {
+  const ArchTable& arch = arch_table(s.model_type, store.folder());
+  ModelWeights w;
+  w.embed = store.get("model.embed_tokens.weight", {s.vocab_size, s.hidden_size});
+  w.final_norm = store.get("model.norm.weight", {s.hidden_size});
+  if (store.contains("lm_head.weight") && !s.tie_word_embeddings)
+    w.lm_head = store.get("lm_head.weight", {s.vocab_size, s.hidden_size});
+  else if (s.tie_word_embeddings)
+    w.lm_head = w.embed;
+  else
+    w.lm_head = store.get("lm_head.weight", {s.vocab_size, s.hidden_size});  // error: names the missing tensor
+
+  w.layers.resize(static_cast<size_t>(s.n_layers));
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    Binder b(store, i);
+    LayerWeights& lw = w.layers[static_cast<size_t>(i)];
+    lw.attn_norm = b.need("input_layernorm.weight", {s.hidden_size});
+    bind_attention(s, arch, b, lw);
+    if (s.sandwich_norms) {
+      lw.attn_post_norm = b.need("post_attention_layernorm.weight", {s.hidden_size});
+      lw.ffn_norm = b.need("pre_feedforward_layernorm.weight", {s.hidden_size});
+      lw.ffn_post_norm = b.need("post_feedforward_layernorm.weight", {s.hidden_size});
+    } else {
+      lw.ffn_norm = b.need("post_attention_layernorm.weight", {s.hidden_size});
+    }
+    if (s.layers[static_cast<size_t>(i)].moe) bind_experts(s, arch, b, lw);
+    else bind_dense_mlp(s, b, lw);
+  }
+  return w;
+}
+
+}  // namespace kettle

@@ -1,0 +1,21 @@
+// Wall-clock timing for start-up steps and benchmarks.
+#pragma once
+
+#include <chrono>
+
+namespace kettle {
+
+class Timer {
+ public:
+  Timer() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  double millis() const { return seconds() * 1e3; }
+  void reset() { start_ = std::chrono::steady_clock::now(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace kettle

@@ -1,0 +1,236 @@
+// Each CPU op against a naive double-precision reference on random inputs,
+// with outputs poisoned (NaN) beforehand and 1 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/backend.h"
+
+namespace kettle {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// bf16 weights held for a Tensor view.
+struct Bf16Weight {
+  std::vector<uint16_t> bits;
+  Tensor tensor;
+  std::vector<double> values;  // exactly what the bits hold
+  Bf16Weight(std::vector<int64_t> shape, uint64_t seed, float scale = 0.5f) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    auto v = random_vec(static_cast<size_t>(n), seed, scale);
+    for (float f : v) {
+      bits.push_back(f32_to_bf16(f));
+      values.push_back(bf16_to_f32(bits.back()));
+    }
+    tensor = Tensor{bits.data(), DType::kBF16, shape};
+  }
+};
+
+double rel_err(const std::vector<float>& out, const std::vector<double>& ref) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    d += (out[i] - ref[i]) * (out[i] - ref[i]);
+    n += ref[i] * ref[i];
+  }
+  return std::sqrt(d / n);
+}
+
+class OpsTest : public ::testing::TestWithParam<int> {
+ protected:
+  std::unique_ptr<Backend> backend_ = make_cpu_backend(GetParam());
+};
+
+TEST_P(OpsTest, RmsNorm) {
+  for (bool add_one : {false, true}) {
+    const int64_t rows = 5, dim = 70, ld = 80;
+    auto x = random_vec(static_cast<size_t>(rows * ld), 1);
+    Bf16Weight w({dim}, 2);
+    std::vector<float> out(static_cast<size_t>(rows * dim), NAN);
+    backend_->rms_norm(x.data(), rows, dim, ld, w.tensor, 1e-5f, add_one, out.data(), dim);
+    std::vector<double> ref(out.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[static_cast<size_t>(r * ld + i)]) * x[static_cast<size_t>(r * ld + i)];
+      double inv = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int64_t i = 0; i < dim; ++i)
+        ref[static_cast<size_t>(r * dim + i)] = x[static_cast<size_t>(r * ld + i)] * inv * (w.values[static_cast<size_t>(i)] + (add_one ? 1 : 0));
+    }
+    EXPECT_LE(rel_err(out, ref), 1e-6) << "add_one " << add_one;
+  }
+}
+
+TEST_P(OpsTest, RopePartialRotation) {
+  const int64_t n = 3, heads = 2, hd = 16, rot = 8, ld = heads * hd + 4;
+  auto x = random_vec(static_cast<size_t>(n * ld), 3);
+  auto orig = x;
+  std::vector<float> inv = {1.0f, 0.3f, 0.01f, 0.002f};
+  std::vector<int32_t> pos = {0, 7, 1000};
+  backend_->rope(x.data(), n, ld, heads, hd, pos.data(), RopeParams{inv.data(), rot, 1.5f});
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < hd; ++i) {
+        size_t at = static_cast<size_t>(t * ld + h * hd + i);
+        double expected = orig[at];
+        if (i < rot) {
+          int64_t j = i % (rot / 2);
+          double angle = static_cast<double>(pos[static_cast<size_t>(t)]) * inv[static_cast<size_t>(j)];
+          double c = std::cos(angle) * 1.5, s = std::sin(angle) * 1.5;
+          double a = orig[static_cast<size_t>(t * ld + h * hd + j)], b = orig[static_cast<size_t>(t * ld + h * hd + j + rot / 2)];
+          expected = i < rot / 2 ? a * c - b * s : b * c + a * s;
+        }
+        EXPECT_NEAR(x[at], expected, 1e-3 * (1 + std::abs(expected))) << t << "," << h << "," << i;
+      }
+}
+
+void reference_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                         int64_t n, int64_t start, const AttentionParams& p, std::vector<double>& out) {
+  const int64_t qs = p.n_heads * p.head_dim, kvs = p.n_kv_heads * p.head_dim;
+  out.assign(static_cast<size_t>(n * qs), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < p.n_heads; ++h) {
+      int kvh = h / (p.n_heads / p.n_kv_heads);
+      int64_t pos = start + t;
+      std::vector<double> s;
+      std::vector<int64_t> keys;
+      for (int64_t j = 0; j <= pos; ++j) {
+        if (p.sliding_window > 0 && pos - j >= p.sliding_window) continue;
+        double dot = 0;
+        for (int d = 0; d < p.head_dim; ++d)
+          dot += static_cast<double>(q[static_cast<size_t>(t * qs + h * p.head_dim + d)]) * k[static_cast<size_t>(j * kvs + kvh * p.head_dim + d)];
+        dot *= p.scale;
+        if (p.softcap > 0) dot = p.softcap * std::tanh(dot / p.softcap);
+        s.push_back(dot);
+        keys.push_back(j);
+      }
+      double mx = *std::max_element(s.begin(), s.end()), z = 0;
+      for (auto& e : s) z += e = std::exp(e - mx);
+      for (size_t i = 0; i < s.size(); ++i)
+        for (int d = 0; d < p.head_dim; ++d)
+          out[static_cast<size_t>(t * qs + h * p.head_dim + d)] += s[i] / z * v[static_cast<size_t>(keys[i] * kvs + kvh * p.head_dim + d)];
+    }
+}
+
+TEST_P(OpsTest, AttentionGqaWindowSoftcap) {
+  for (int window : {0, 5}) {
+    for (float softcap : {0.0f, 2.0f}) {
+      AttentionParams p{6, 2, 16, 0.3f, softcap, window};
+      const int64_t start = 9, n = 7, total = start + n, qs = 6 * 16, kvs = 2 * 16;
+      auto q = random_vec(static_cast<size_t>(n * qs), 4);
+      auto k = random_vec(static_cast<size_t>(total * kvs), 5);
+      auto v = random_vec(static_cast<size_t>(total * kvs), 6);
+      std::vector<float> out(static_cast<size_t>(n * qs), NAN);
+      backend_->attention(q.data(), n, qs, k.data(), v.data(), kvs, start, p, out.data(), qs);
+      std::vector<double> ref;
+      reference_attention(q, k, v, n, start, p, ref);
+      EXPECT_LE(rel_err(out, ref), 1e-5) << "window " << window << " softcap " << softcap;
+    }
+  }
+}
+
+TEST_P(OpsTest, GatedActivations) {
+  const int64_t n = 4, width = 37, ld = 80;
+  auto g = random_vec(static_cast<size_t>(n * ld), 7, 3.0f);
+  auto u = random_vec(static_cast<size_t>(n * ld), 8);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGelu}) {
+    std::vector<float> out(static_cast<size_t>(n * width), NAN);
+    backend_->gated_activation(g.data(), u.data(), n, width, ld, act, out.data(), width);
+    std::vector<double> ref(out.size());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < width; ++i) {
+        double x = g[static_cast<size_t>(t * ld + i)], a = 0;
+        if (act == Activation::kSilu) a = x / (1 + std::exp(-x));
+        if (act == Activation::kGeluTanh) a = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        if (act == Activation::kGelu) a = 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+        ref[static_cast<size_t>(t * width + i)] = a * u[static_cast<size_t>(t * ld + i)];
+      }
+    EXPECT_LE(rel_err(out, ref), 1e-6) << static_cast<int>(act);
+  }
+}
+
+TEST_P(OpsTest, EmbedScalesRows) {
+  Bf16Weight table({10, 24}, 9);
+  std::vector<int32_t> ids = {3, 0, 9, 3};
+  std::vector<float> out(4 * 24, NAN);
+  backend_->embed(ids.data(), 4, table.tensor, 2.0f, out.data());
+  for (size_t t = 0; t < 4; ++t)
+    for (size_t i = 0; i < 24; ++i) EXPECT_EQ(out[t * 24 + i], static_cast<float>(table.values[static_cast<size_t>(ids[t]) * 24 + i] * 2.0));
+}
+
+TEST_P(OpsTest, MixtureOfExperts) {
+  const int64_t n = 6, hidden = 24, inter = 20;
+  const int n_experts = 5;
+  for (bool renormalize : {true, false}) {
+    Bf16Weight router({n_experts, hidden}, 10);
+    std::vector<Bf16Weight> gates, ups, downs;
+    std::vector<ExpertWeights> experts;
+    for (int e = 0; e < n_experts; ++e) {
+      gates.emplace_back(std::vector<int64_t>{inter, hidden}, 100 + e);
+      ups.emplace_back(std::vector<int64_t>{inter, hidden}, 200 + e);
+      downs.emplace_back(std::vector<int64_t>{hidden, inter}, 300 + e);
+    }
+    for (int e = 0; e < n_experts; ++e)
+      experts.push_back({gates[static_cast<size_t>(e)].tensor, ups[static_cast<size_t>(e)].tensor, downs[static_cast<size_t>(e)].tensor});
+    auto x = random_vec(static_cast<size_t>(n * hidden), 11);
+    std::vector<float> out(static_cast<size_t>(n * hidden), NAN);
+    backend_->moe(x.data(), n, hidden, router.tensor, experts, MoeParams{2, renormalize, Activation::kSilu}, out.data());
+
+    std::vector<double> ref(out.size(), 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<double> logit(n_experts);
+      for (int e = 0; e < n_experts; ++e)
+        for (int64_t i = 0; i < hidden; ++i) logit[static_cast<size_t>(e)] += router.values[static_cast<size_t>(e * hidden + i)] * x[static_cast<size_t>(t * hidden + i)];
+      double mx = *std::max_element(logit.begin(), logit.end()), z = 0;
+      std::vector<double> prob(n_experts);
+      for (int e = 0; e < n_experts; ++e) z += prob[static_cast<size_t>(e)] = std::exp(logit[static_cast<size_t>(e)] - mx);
+      for (auto& pr : prob) pr /= z;
+      std::vector<int> order(n_experts);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return prob[static_cast<size_t>(a)] > prob[static_cast<size_t>(b)]; });
+      double top = prob[static_cast<size_t>(order[0])] + prob[static_cast<size_t>(order[1])];
+      for (int r = 0; r < 2; ++r) {
+        int e = order[static_cast<size_t>(r)];
+        double weight = prob[static_cast<size_t>(e)] / (renormalize ? top : 1.0);
+        std::vector<double> act(static_cast<size_t>(inter));
+        for (int64_t j = 0; j < inter; ++j) {
+          double gsum = 0, usum = 0;
+          for (int64_t i = 0; i < hidden; ++i) {
+            gsum += gates[static_cast<size_t>(e)].values[static_cast<size_t>(j * hidden + i)] * x[static_cast<size_t>(t * hidden + i)];
+            usum += ups[static_cast<size_t>(e)].values[static_cast<size_t>(j * hidden + i)] * x[static_cast<size_t>(t * hidden + i)];
+          }
+          act[static_cast<size_t>(j)] = gsum / (1 + std::exp(-gsum)) * usum;
+        }
+        for (int64_t i = 0; i < hidden; ++i) {
+          double y = 0;
+          for (int64_t j = 0; j < inter; ++j) y += downs[static_cast<size_t>(e)].values[static_cast<size_t>(i * inter + j)] * act[static_cast<size_t>(j)];
+          ref[static_cast<size_t>(t * hidden + i)] += weight * y;
+        }
+      }
+    }
+    EXPECT_LE(rel_err(out, ref), 1e-5) << "renormalize " << renormalize;
+  }
+}
+
+TEST_P(OpsTest, SoftcapAndAdd) {
+  auto x = random_vec(100, 12, 40.0f);
+  auto y = random_vec(100, 13);
+  auto orig = x;
+  backend_->softcap(x.data(), 100, 30.0f);
+  for (size_t i = 0; i < 100; ++i) EXPECT_NEAR(x[i], 30.0 * std::tanh(orig[i] / 30.0), 1e-4);
+  orig = x;
+  backend_->add(x.data(), y.data(), 100);
+  for (size_t i = 0; i < 100; ++i) EXPECT_EQ(x[i], orig[i] + y[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, OpsTest, ::testing::Values(1, 3));
+
+}  // namespace
+}  // namespace kettle
