@@ -1,8 +1,9 @@
 // kettle_matmul_bench: cpu_matmul on the llama-3.2-1b projection shapes, per
 // kernel path: decode GEMV (n=1) as GB/s of weight bytes against the measured
 // memory read bandwidth, prefill GEMM (n=128) as GFLOP/s against FMA peak.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 // GCC 12 flags the _mm512_undefined_* pass-through inside its own intrinsic
 // headers as uninitialised (GCC bug 105593); silence it for the header only.
 #pragma GCC diagnostic push
@@ -34,8 +35,7 @@ struct Shape {
 
 // llama-3.2-1b: hidden 2048, 32 heads / 8 kv heads of 64, intermediate 8192, vocab 128256.
 constexpr Shape kShapes[] = {
-    {"q/o", 2048, 2048},  {"k/v", 512, 2048},       {"gate/up", 8192, 2048},
-    {"down", 2048, 8192}, {"lm_head", 128256, 2048},
+    {"q/o", 2048, 2048}, {"k/v", 512, 2048}, {"gate/up", 8192, 2048}, {"down", 2048, 8192}, {"lm_head", 128256, 2048},
 };
 
 // Seconds per call: the median over calls repeated until min_time has passed,
@@ -100,9 +100,8 @@ double fma_peak(ThreadPool& pool, double min_time) {
   if (!cpu_features().avx512) return 0;
   const int64_t iterations = 1 << 22;
   std::vector<float> sink(static_cast<size_t>(pool.size()));
-  double seconds = time_per_call(min_time, [&](int) {
-    pool.run([&](int t, int) { sink[t] += fma_chains(iterations); });
-  });
+  double seconds =
+      time_per_call(min_time, [&](int) { pool.run([&](int t, int) { sink[t] += fma_chains(iterations); }); });
   return 2.0 * 16 * 12 * static_cast<double>(iterations) * pool.size() / seconds / 1e9;
 }
 
@@ -116,8 +115,7 @@ int run(int argc, char** argv) {
   std::string json_path;
   std::vector<std::string> shape_names;
   app.add_option("--threads", threads, "worker threads (default: all cores)");
-  app.add_option("--dtype", dtype_text, "weight dtype: bf16, f16 or f32")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  app.add_option("--dtype", dtype_text, "weight dtype: bf16, f16 or f32")->check(CLI::IsMember({"bf16", "f16", "f32"}));
   app.add_option("--paths", path_names, "paths to run (generic avx2 avx512 openblas auto)");
   app.add_option("--shapes", shape_names, "shapes to run (q/o k/v gate/up down lm_head)");
   app.add_option("--prefill-n", prefill_n, "token rows of the prefill GEMM");
@@ -135,12 +133,13 @@ int run(int argc, char** argv) {
   if (path_names.empty()) path_names = {"generic", "avx2", "avx512", "openblas", "auto"};
   for (const auto& name : path_names) {
     bool found = false;
-    for (MatmulPath p : {MatmulPath::kGeneric, MatmulPath::kAvx2, MatmulPath::kAvx512,
-                         MatmulPath::kBlas}) {
+    for (MatmulPath p : {MatmulPath::kGeneric, MatmulPath::kAvx2, MatmulPath::kAvx512, MatmulPath::kBlas}) {
       if (name == matmul_path_name(p)) {
         found = true;
-        if (matmul_path_available(p)) paths.push_back({name, false, p});
-        else fmt::print("skipping {}: this CPU lacks it\n", name);
+        if (matmul_path_available(p))
+          paths.push_back({name, false, p});
+        else
+          fmt::print("skipping {}: this CPU lacks it\n", name);
       }
     }
     if (name == "auto") {
@@ -168,10 +167,9 @@ int run(int argc, char** argv) {
   double peak = fma_peak(pool, min_time);
   fmt::print("kettle_matmul_bench: {} threads, {} weights, detected ISA {}\n", threads, dtype_text,
              cpu_isa_name(detected_cpu_isa()));
-  fmt::print("ceilings: memory read {:.1f} GB/s, avx512 fma peak {:.1f} GFLOP/s\n\n", bandwidth,
-             peak);
-  fmt::print("{:<8} {:>6} {:>5}  {:<8}  {:>12} {:>7}  {:>16} {:>7}\n", "shape", "m", "k", "path",
-             "n=1 GB/s", "of BW", fmt::format("n={} GFLOP/s", prefill_n), "of peak");
+  fmt::print("ceilings: memory read {:.1f} GB/s, avx512 fma peak {:.1f} GFLOP/s\n\n", bandwidth, peak);
+  fmt::print("{:<8} {:>6} {:>5}  {:<8}  {:>12} {:>7}  {:>16} {:>7}\n", "shape", "m", "k", "path", "n=1 GB/s", "of BW",
+             fmt::format("n={} GFLOP/s", prefill_n), "of peak");
 
   nlohmann::json results = nlohmann::json::array();
   int64_t max_n = std::max<int64_t>(1, prefill_n);
@@ -181,8 +179,7 @@ int run(int argc, char** argv) {
   HostBuffer<float> out(static_cast<size_t>(max_n * 128256));
 
   for (const Shape& shape : kShapes) {
-    if (!shape_names.empty() &&
-        std::find(shape_names.begin(), shape_names.end(), shape.name) == shape_names.end())
+    if (!shape_names.empty() && std::find(shape_names.begin(), shape_names.end(), shape.name) == shape_names.end())
       continue;
     size_t bytes = static_cast<size_t>(shape.m * shape.k) * dtype_size(dtype);
     int copies = static_cast<int>(std::max<size_t>(1, arena_bytes / bytes));
@@ -193,20 +190,27 @@ int run(int argc, char** argv) {
     for (const PathChoice& p : paths) {
       auto matmul = [&](int64_t n, int call) {
         Tensor w = weight(call);
-        if (p.is_auto) cpu_matmul(pool, x.data(), n, shape.k, w, nullptr, out.data(), shape.m);
-        else cpu_matmul_on(p.path, pool, x.data(), n, shape.k, w, nullptr, out.data(), shape.m);
+        if (p.is_auto)
+          cpu_matmul(pool, x.data(), n, shape.k, w, nullptr, out.data(), shape.m);
+        else
+          cpu_matmul_on(p.path, pool, x.data(), n, shape.k, w, nullptr, out.data(), shape.m);
       };
       double decode_s = time_per_call(min_time, [&](int call) { matmul(1, call); });
       double prefill_s = time_per_call(min_time, [&](int call) { matmul(prefill_n, call); });
       double gbps = static_cast<double>(bytes) / decode_s / 1e9;
       double gflops = 2.0 * static_cast<double>(prefill_n * shape.m * shape.k) / prefill_s / 1e9;
-      fmt::print("{:<8} {:>6} {:>5}  {:<8}  {:>12.1f} {:>6.0f}%  {:>16.1f} {:>6.0f}%\n", shape.name,
-                 shape.m, shape.k, p.name, gbps, 100 * gbps / bandwidth, gflops,
-                 peak > 0 ? 100 * gflops / peak : 0.0);
+      fmt::print("{:<8} {:>6} {:>5}  {:<8}  {:>12.1f} {:>6.0f}%  {:>16.1f} {:>6.0f}%\n", shape.name, shape.m, shape.k,
+                 p.name, gbps, 100 * gbps / bandwidth, gflops, peak > 0 ? 100 * gflops / peak : 0.0);
       std::fflush(stdout);
-      results.push_back({{"shape", shape.name}, {"m", shape.m}, {"k", shape.k}, {"path", p.name},
-                         {"threads", threads}, {"dtype", dtype_text}, {"decode_gb_s", gbps},
-                         {"decode_of_bandwidth", gbps / bandwidth}, {"prefill_n", prefill_n},
+      results.push_back({{"shape", shape.name},
+                         {"m", shape.m},
+                         {"k", shape.k},
+                         {"path", p.name},
+                         {"threads", threads},
+                         {"dtype", dtype_text},
+                         {"decode_gb_s", gbps},
+                         {"decode_of_bandwidth", gbps / bandwidth},
+                         {"prefill_n", prefill_n},
                          {"prefill_gflop_s", gflops},
                          {"prefill_of_peak", peak > 0 ? gflops / peak : 0.0}});
     }
@@ -225,4 +229,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace kettle
 
-int main(int argc, char** argv) { return kettle::run(argc, argv); }
+int main(int argc, char** argv) {
+  return kettle::run(argc, argv);
+}

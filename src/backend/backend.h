@@ -50,6 +50,15 @@ class Backend {
   virtual void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
                       float* out, int64_t ldo) = 0;
 
+  // Several weights on the same x in one pass (q/k/v, gate/up): targets[i].out = x · targets[i].wᵀ.
+  struct MatmulTarget {
+    const Tensor* w;
+    const Tensor* bias;  // or nullptr
+    float* out;
+    int64_t ldo;
+  };
+  virtual void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) = 0;
+
   // out[n, dim] = table[ids[i], :] * scale
   virtual void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) = 0;
 

@@ -88,9 +88,10 @@ void Transformer::attention_block(int64_t layer, int64_t n, KvCache& kv) {
       std::copy_n(row + qs + kvs, kvs, v_rows + t * kvs);
     }
   } else {
-    backend_.matmul(normed_.data(), n, h, w.q, opt(w.q_bias), q_.data(), qs);
-    backend_.matmul(normed_.data(), n, h, w.k, opt(w.k_bias), k_rows, kvs);
-    backend_.matmul(normed_.data(), n, h, w.v, opt(w.v_bias), v_rows, kvs);
+    const Backend::MatmulTarget qkv[] = {{&w.q, opt(w.q_bias), q_.data(), qs},
+                                         {&w.k, opt(w.k_bias), k_rows, kvs},
+                                         {&w.v, opt(w.v_bias), v_rows, kvs}};
+    backend_.matmul_many(normed_.data(), n, h, qkv, 3);
   }
   if (!w.q_norm.empty())
     backend_.rms_norm(q_.data(), n * s.n_heads, s.head_dim, s.head_dim, w.q_norm, s.rms_norm_eps, s.norm_add_one,
@@ -127,8 +128,9 @@ void Transformer::mlp_block(int64_t layer, int64_t n) {
     if (!w.gate_up.empty()) {
       backend_.matmul(normed_.data(), n, h, w.gate_up, nullptr, mlp_.data(), width);
     } else {
-      backend_.matmul(normed_.data(), n, h, w.gate, opt(w.gate_bias), mlp_.data(), width);
-      backend_.matmul(normed_.data(), n, h, w.up, opt(w.up_bias), mlp_.data() + inter, width);
+      const Backend::MatmulTarget gate_up[] = {{&w.gate, opt(w.gate_bias), mlp_.data(), width},
+                                               {&w.up, opt(w.up_bias), mlp_.data() + inter, width}};
+      backend_.matmul_many(normed_.data(), n, h, gate_up, 2);
     }
     backend_.gated_activation(mlp_.data(), mlp_.data() + inter, n, inter, width, s.act, mlp_.data(), width);
     backend_.matmul(mlp_.data(), n, width, w.down, opt(w.down_bias), proj_.data(), h);

@@ -28,20 +28,21 @@ class ThreadPool {
   // and runs fn(begin, end) for each chunk.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  static int default_threads();  // physical cores available to this process
+  static int default_threads();  // cores available to this process
 
  private:
   void worker_loop(int index);
+  bool wait_for_job(uint64_t seen);
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stopping_{false};
+  const std::function<void(int, int)>* job_ = nullptr;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::condition_variable done_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stopping_ = false;
+  int sleeping_ = 0;  // workers blocked on wake_ (under mutex_)
 };
 
 }  // namespace kettle

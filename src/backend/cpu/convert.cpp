@@ -10,9 +10,12 @@ namespace kettle {
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n) {
   if (n <= 0) return;
   switch (best_cpu_isa()) {
-    case CpuIsa::kAvx512: return convert_to_f32_avx512(src, dtype, dst, n);
-    case CpuIsa::kAvx2: return convert_to_f32_avx2(src, dtype, dst, n);
-    case CpuIsa::kGeneric: return convert_to_f32_generic(src, dtype, dst, n);
+    case CpuIsa::kAvx512:
+      return convert_to_f32_avx512(src, dtype, dst, n);
+    case CpuIsa::kAvx2:
+      return convert_to_f32_avx2(src, dtype, dst, n);
+    case CpuIsa::kGeneric:
+      return convert_to_f32_generic(src, dtype, dst, n);
   }
 }
 

@@ -12,11 +12,9 @@ CpuFeatures detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  f.avx2_fma_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  f.avx512 = f.avx2_fma_f16c && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512dq");
+  f.avx2_fma_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  f.avx512 = f.avx2_fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #endif
   return f;
 }
@@ -33,9 +31,12 @@ const CpuFeatures& cpu_features() {
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kGeneric: return "generic";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kGeneric:
+      return "generic";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -51,8 +52,12 @@ CpuIsa best_cpu_isa() {
   return std::min(detected_cpu_isa(), g_isa_cap.load(std::memory_order_relaxed));
 }
 
-void set_cpu_isa_cap(CpuIsa cap) { g_isa_cap.store(cap, std::memory_order_relaxed); }
+void set_cpu_isa_cap(CpuIsa cap) {
+  g_isa_cap.store(cap, std::memory_order_relaxed);
+}
 
-CpuIsa cpu_isa_cap() { return g_isa_cap.load(std::memory_order_relaxed); }
+CpuIsa cpu_isa_cap() {
+  return g_isa_cap.load(std::memory_order_relaxed);
+}
 
 }  // namespace kettle

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <vector>
 
 #include "backend/cpu/convert.h"
 #include "backend/cpu/cpu_features.h"
@@ -24,9 +25,6 @@ constexpr int64_t kRowAlign = 16;
 // Widened weight panel per sgemm call: big enough for OpenBLAS's blocking,
 // small enough to stay in L2 while it is used.
 constexpr int64_t kBlasPanelFloats = 256 * 1024;
-// From bench/matmul_bench.cpp on Zen 5 (OPENBLAS_CORETYPE=Haswell): below this
-// many tokens the AVX2 kernels beat sgemm on widened panels.
-constexpr int64_t kAvx2BlasMinTokens = 16;
 
 // Per-thread scratch, grown to the largest size seen and then reused: a
 // matmul allocates nothing once the model's shapes have been seen.
@@ -68,9 +66,9 @@ void blas_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
       for (int64_t c = 0; c < t.n; ++c) std::copy_n(t.bias + r0, rows, t.out + c * t.ldo + r0);
       beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t.n),
-                static_cast<int>(rows), static_cast<int>(t.k), 1.0f, t.x, static_cast<int>(t.ldx),
-                panel, static_cast<int>(t.k), beta, t.out + r0, static_cast<int>(t.ldo));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t.n), static_cast<int>(rows),
+                static_cast<int>(t.k), 1.0f, t.x, static_cast<int>(t.ldx), panel, static_cast<int>(t.k), beta,
+                t.out + r0, static_cast<int>(t.ldo));
   }
 }
 
@@ -78,100 +76,155 @@ using RowsFn = void (*)(const MatmulTask&, int64_t, int64_t);
 
 RowsFn rows_fn(MatmulPath path) {
   switch (path) {
-    case MatmulPath::kGeneric: return &matmul_rows_generic;
-    case MatmulPath::kAvx2: return &matmul_rows_avx2;
-    case MatmulPath::kAvx512: return &matmul_rows_avx512;
-    case MatmulPath::kBlas: return &blas_rows;
+    case MatmulPath::kGeneric:
+      return &matmul_rows_generic;
+    case MatmulPath::kAvx2:
+      return &matmul_rows_avx2;
+    case MatmulPath::kAvx512:
+      return &matmul_rows_avx512;
+    case MatmulPath::kBlas:
+      return &blas_rows;
   }
   return &matmul_rows_generic;
 }
 
-void check_args(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
-                const float* out, int64_t ldo) {
+void check_args(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, const float* out,
+                int64_t ldo) {
   if (w.rank() != 2 || w.data == nullptr)
-    fail(ErrorCategory::kInternal, "matmul: weight must be a 2-d tensor, got shape {}",
-         shape_string(w.shape));
+    fail(ErrorCategory::kInternal, "matmul: weight must be a 2-d tensor, got shape {}", shape_string(w.shape));
   int64_t m = w.shape[0], k = w.shape[1];
   if (n < 0 || ldx < k || ldo < m || (n > 0 && (x == nullptr || out == nullptr)))
-    fail(ErrorCategory::kInternal,
-         "matmul: n={} ldx={} ldo={} do not fit weight {} (need ldx >= k, ldo >= m)", n, ldx, ldo,
-         shape_string(w.shape));
+    fail(ErrorCategory::kInternal, "matmul: n={} ldx={} ldo={} do not fit weight {} (need ldx >= k, ldo >= m)", n, ldx,
+         ldo, shape_string(w.shape));
   if (bias != nullptr && (bias->data == nullptr || bias->numel() != m))
-    fail(ErrorCategory::kInternal, "matmul: bias shape {} does not match weight {}",
-         shape_string(bias->shape), shape_string(w.shape));
+    fail(ErrorCategory::kInternal, "matmul: bias shape {} does not match weight {}", shape_string(bias->shape),
+         shape_string(w.shape));
 }
 
 }  // namespace
 
 const char* matmul_path_name(MatmulPath path) {
   switch (path) {
-    case MatmulPath::kGeneric: return "generic";
-    case MatmulPath::kAvx2: return "avx2";
-    case MatmulPath::kAvx512: return "avx512";
-    case MatmulPath::kBlas: return "openblas";
+    case MatmulPath::kGeneric:
+      return "generic";
+    case MatmulPath::kAvx2:
+      return "avx2";
+    case MatmulPath::kAvx512:
+      return "avx512";
+    case MatmulPath::kBlas:
+      return "openblas";
   }
   return "?";
 }
 
 bool matmul_path_available(MatmulPath path) {
   switch (path) {
-    case MatmulPath::kGeneric: return true;
-    case MatmulPath::kAvx2: return cpu_features().avx2_fma_f16c;
-    case MatmulPath::kAvx512: return cpu_features().avx512;
-    case MatmulPath::kBlas: return true;
+    case MatmulPath::kGeneric:
+      return true;
+    case MatmulPath::kAvx2:
+      return cpu_features().avx2_fma_f16c;
+    case MatmulPath::kAvx512:
+      return cpu_features().avx512;
+    case MatmulPath::kBlas:
+      return true;
   }
   return false;
 }
 
-MatmulPath choose_matmul_path(int64_t n, DType /*dtype*/) {
+// Measured with bench/matmul_bench.cpp on Zen 5 with OpenBLAS 0.3.21 on its
+// Haswell kernels: our AVX-512 and AVX2 kernels beat sgemm at every n from 1
+// to 128 and every weight dtype (sgemm needs the f32 panels we widen for it,
+// and gets no AVX-512); sgemm beats the portable kernels at every n.
+MatmulPath choose_matmul_path(int64_t /*n*/, DType /*dtype*/) {
   switch (best_cpu_isa()) {
-    case CpuIsa::kAvx512: return MatmulPath::kAvx512;
-    case CpuIsa::kAvx2: return n >= kAvx2BlasMinTokens ? MatmulPath::kBlas : MatmulPath::kAvx2;
-    case CpuIsa::kGeneric: return n >= 4 ? MatmulPath::kBlas : MatmulPath::kGeneric;
+    case CpuIsa::kAvx512:
+      return MatmulPath::kAvx512;
+    case CpuIsa::kAvx2:
+      return MatmulPath::kAvx2;
+    case CpuIsa::kGeneric:
+      return MatmulPath::kBlas;
   }
-  return MatmulPath::kGeneric;
+  return MatmulPath::kBlas;
 }
 
-void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
-                const Tensor* bias, float* out, int64_t ldo) {
+void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
+                float* out, int64_t ldo) {
   cpu_matmul_on(choose_matmul_path(n, w.dtype), pool, x, n, ldx, w, bias, out, ldo);
 }
 
-void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx,
-                   const Tensor& w, const Tensor* bias, float* out, int64_t ldo) {
-  check_args(x, n, ldx, w, bias, out, ldo);
-  int64_t m = w.shape[0], k = w.shape[1];
-  if (n == 0 || m == 0) return;
+void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
+                   const Tensor* bias, float* out, int64_t ldo) {
+  MatmulTarget target{&w, bias, out, ldo};
+  cpu_matmul_many_on(path, pool, x, n, ldx, &target, 1);
+}
 
-  MatmulTask task{x, n, ldx, w.data, w.dtype, k, nullptr, out, ldo};
-  if (bias != nullptr) {
-    if (bias->dtype == DType::kF32) {
-      task.bias = static_cast<const float*>(bias->data);
-    } else {
-      float* b = thread_scratch(kBiasSlot, m);
-      convert_to_f32(bias->data, bias->dtype, b, m);
-      task.bias = b;
+void cpu_matmul_many(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets,
+                     int count) {
+  if (count > 0) cpu_matmul_many_on(choose_matmul_path(n, targets[0].w->dtype), pool, x, n, ldx, targets, count);
+}
+
+namespace {
+
+// One weight's share of a grouped matmul: its task and where its rows start in the group.
+struct GroupPart {
+  MatmulTask task;
+  int64_t first_row = 0;
+  int64_t rows = 0;
+};
+
+const float* f32_bias(const Tensor* bias, std::vector<float>& storage) {
+  if (bias == nullptr) return nullptr;
+  if (bias->dtype == DType::kF32) return static_cast<const float*>(bias->data);
+  storage.resize(static_cast<size_t>(bias->numel()));
+  convert_to_f32(bias->data, bias->dtype, storage.data(), bias->numel());
+  return storage.data();
+}
+
+}  // namespace
+
+void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx,
+                        const MatmulTarget* targets, int count) {
+  if (n == 0) return;
+  std::vector<GroupPart> parts;
+  std::vector<std::vector<float>> biases(static_cast<size_t>(count));
+  // Threads take whole granules; blas panels sit at fixed offsets of each weight, so the
+  // thread count cannot change a bit of the result.
+  const int64_t granule = path == MatmulPath::kBlas ? blas_panel_rows(targets[0].w->dim(1)) : kRowAlign;
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    const MatmulTarget& t = targets[i];
+    check_args(x, n, ldx, *t.w, t.bias, t.out, t.ldo);
+    int64_t m = t.w->shape[0], k = t.w->shape[1];
+    const float* bias = f32_bias(t.bias, biases[static_cast<size_t>(i)]);
+    if (m == 0) continue;
+    if (k == 0) {  // an empty sum: out is the bias (or zero)
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = 0; r < m; ++r) t.out[c * t.ldo + r] = bias ? bias[r] : 0.0f;
+      continue;
     }
+    parts.push_back({MatmulTask{x, n, ldx, t.w->data, t.w->dtype, k, bias, t.out, t.ldo}, total, m});
+    total += (m + granule - 1) / granule * granule;  // each weight starts on a granule boundary
   }
-  if (k == 0) {  // an empty sum: out is the bias (or zero)
-    for (int64_t c = 0; c < n; ++c)
-      for (int64_t r = 0; r < m; ++r) out[c * ldo + r] = task.bias ? task.bias[r] : 0.0f;
-    return;
-  }
+  if (parts.empty()) return;
 
   RowsFn fn = rows_fn(path);
+  const auto run_range = [&](int64_t begin, int64_t end) {
+    for (const GroupPart& part : parts) {
+      int64_t b = std::max(begin, part.first_row) - part.first_row;
+      int64_t e = std::min(end, part.first_row + part.rows) - part.first_row;
+      if (b < e) fn(part.task, b, e);
+    }
+  };
   int threads = pool.size();
-  int64_t granule = path == MatmulPath::kBlas ? blas_panel_rows(k) : kRowAlign;
-  int64_t granules = (m + granule - 1) / granule;
+  int64_t granules = (total + granule - 1) / granule;
   int64_t chunk = (granules + threads - 1) / threads * granule;
-  if (threads == 1 || chunk >= m) {
-    fn(task, 0, m);
+  if (threads == 1 || chunk >= total) {
+    run_range(0, total);
     return;
   }
   pool.run([&](int thread, int) {
-    int64_t begin = std::min(m, thread * chunk);
-    int64_t end = std::min(m, begin + chunk);
-    if (begin < end) fn(task, begin, end);
+    int64_t begin = std::min(total, thread * chunk);
+    run_range(begin, std::min(total, begin + chunk));
   });
 }
 

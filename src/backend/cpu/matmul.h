@@ -26,12 +26,28 @@ MatmulPath choose_matmul_path(int64_t n, DType dtype);
 // w: [m, k] row-major bf16/f16/f32; bias: [m] bf16/f16/f32 or nullptr.
 // All arithmetic is f32; bf16/f16 weights are widened exactly. out must not
 // overlap x. Throws kettle::Error (kInternal) on inconsistent shapes.
-void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
-                const Tensor* bias, float* out, int64_t ldo);
+void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
+                float* out, int64_t ldo);
 
 // cpu_matmul on a given path (tests and benchmarks force each one). The path
 // must be available.
-void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx,
-                   const Tensor& w, const Tensor* bias, float* out, int64_t ldo);
+void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
+                   const Tensor* bias, float* out, int64_t ldo);
+
+// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias).
+struct MatmulTarget {
+  const Tensor* w;
+  const Tensor* bias;
+  float* out;
+  int64_t ldo;
+};
+
+// Several weights applied to the same x in one pass over the pool (q/k/v, gate/up): the
+// rows of all of them are split over the threads together, so small weights cost no
+// extra hand-off. Same numerics as one cpu_matmul per target.
+void cpu_matmul_many(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets,
+                     int count);
+void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx,
+                        const MatmulTarget* targets, int count);
 
 }  // namespace kettle

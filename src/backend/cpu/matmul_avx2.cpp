@@ -24,9 +24,7 @@ struct LoadBf16 {
 
 struct LoadF16 {
   using T = uint16_t;
-  static __m256 load(const T* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
+  static __m256 load(const T* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 };
 
 struct LoadF32 {
@@ -35,8 +33,8 @@ struct LoadF32 {
 };
 
 struct TileArgs {
-  const void* w;  // weight row r0, element 0
-  int64_t ldw;    // = k
+  const void* w;   // weight row r0, element 0
+  int64_t ldw;     // = k
   const float* x;  // token row c0, element 0
   int64_t ldx;
   int64_t k0, k1;
@@ -48,9 +46,12 @@ struct TileArgs {
 
 using TileFn = void (*)(const TileArgs&);
 
+// 16 ymm registers: 4×2 decode tiles (8 accumulators) up to 2 tokens, 4×3
+// GEMM tiles (12) beyond; blocks as in matmul_avx512.cpp.
 constexpr int64_t kGemvMaxTokens = 2;
-constexpr int64_t kGemmKBlock = 1024;
-constexpr int64_t kGemmXBlockBytes = 256 * 1024;
+constexpr int64_t kGemmTokens = 128;
+constexpr int64_t kGemmRows = 128;
+constexpr int64_t kGemmK = 1024;  // multiple of 8
 
 inline float reduce(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -59,31 +60,33 @@ inline float reduce(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The unroll pragmas matter: at -O2 GCC does not fully unroll these loops by
+// itself, and then acc[][] lives in memory and the kernel runs 4× slower.
 template <class L, int R, int C>
 void tile(const TileArgs& a) {
   using T = typename L::T;
   const T* w[R];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) w[r] = static_cast<const T*>(a.w) + r * a.ldw;
   const float* x[C];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) x[c] = a.x + c * a.ldx;
 
   __m256 acc[R][C];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
 
   int64_t i = a.k0;
   for (; i + 8 <= a.k1; i += 8) {
     __m256 xv[C];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x[c] + i);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       __m256 wv = L::load(w[r] + i);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
     }
   }
@@ -92,26 +95,26 @@ void tile(const TileArgs& a) {
     alignas(32) float xt[8];
     alignas(32) T wt[8];
     __m256 xv[C];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       std::memset(xt, 0, sizeof xt);
       std::memcpy(xt, x[c] + i, static_cast<size_t>(len) * sizeof(float));
       xv[c] = _mm256_load_ps(xt);
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       std::memset(wt, 0, sizeof wt);
       std::memcpy(wt, w[r] + i, static_cast<size_t>(len) * sizeof(T));
       __m256 wv = L::load(wt);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
     }
   }
 
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
     float* o = a.out + c * a.ldo;
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       float s = reduce(acc[r][c]);
       if (a.accumulate) {
@@ -134,10 +137,12 @@ constexpr std::array<std::array<TileFn, C>, sizeof...(Rs)> tile_table(std::index
 }
 
 struct Blocking {
-  int64_t tokens;  // token-block size
-  int64_t kb;      // k-block size (multiple of 8)
+  int64_t tokens;  // token rows per x block
+  int64_t rows;    // weight rows per block
+  int64_t k;       // k-block (a multiple of 8, or all of k)
 };
 
+// The loop nest of matmul_avx512.cpp: weight block in L2, token tile in L1.
 template <class L, int R, int C>
 void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blocking& b) {
   static constexpr auto kTable = tile_table<L, C>(std::make_index_sequence<R>{});
@@ -145,17 +150,26 @@ void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blo
   const T* w = static_cast<const T*>(t.w);
   for (int64_t t0 = 0; t0 < t.n; t0 += b.tokens) {
     int64_t t1 = std::min(t.n, t0 + b.tokens);
-    for (int64_t k0 = 0; k0 < t.k; k0 += b.kb) {
-      int64_t k1 = std::min(t.k, k0 + b.kb);
-      for (int64_t r0 = row_begin; r0 < row_end; r0 += R) {
-        int64_t rr = std::min<int64_t>(R, row_end - r0);
+    for (int64_t b0 = row_begin; b0 < row_end; b0 += b.rows) {
+      int64_t b1 = std::min(row_end, b0 + b.rows);
+      for (int64_t k0 = 0; k0 < t.k; k0 += b.k) {
+        int64_t k1 = std::min(t.k, k0 + b.k);
         for (int64_t c0 = t0; c0 < t1; c0 += C) {
           int64_t cc = std::min<int64_t>(C, t1 - c0);
-          TileArgs a{w + r0 * t.k, t.k,  t.x + c0 * t.ldx,
-                     t.ldx,        k0,   k1,
-                     t.out + c0 * t.ldo + r0, t.ldo, t.bias ? t.bias + r0 : nullptr,
-                     k0 > 0};
-          kTable[rr - 1][cc - 1](a);
+          for (int64_t r0 = b0; r0 < b1; r0 += R) {
+            int64_t rr = std::min<int64_t>(R, b1 - r0);
+            TileArgs a{w + r0 * t.k,
+                       t.k,
+                       t.x + c0 * t.ldx,
+                       t.ldx,
+                       k0,
+                       k1,
+                       t.out + c0 * t.ldo + r0,
+                       t.ldo,
+                       t.bias ? t.bias + r0 : nullptr,
+                       k0 > 0};
+            kTable[rr - 1][cc - 1](a);
+          }
         }
       }
     }
@@ -165,21 +179,23 @@ void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blo
 template <class L>
 void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
   if (t.n <= kGemvMaxTokens) {
-    run_rows<L, 4, 2>(t, row_begin, row_end, Blocking{t.n, t.k});
+    run_rows<L, 4, 2>(t, row_begin, row_end, Blocking{t.n, 4, t.k});
     return;
   }
-  int64_t kb = std::min<int64_t>(t.k, kGemmKBlock);
-  int64_t tokens = std::max<int64_t>(3, kGemmXBlockBytes / (4 * kb) / 3 * 3);
-  run_rows<L, 4, 3>(t, row_begin, row_end, Blocking{tokens, kb});
+  int64_t rows = kGemmRows * 2 / static_cast<int64_t>(sizeof(typename L::T));
+  run_rows<L, 4, 3>(t, row_begin, row_end, Blocking{kGemmTokens, rows, kGemmK});
 }
 
 }  // namespace
 
 void matmul_rows_avx2(const MatmulTask& task, int64_t row_begin, int64_t row_end) {
   switch (task.dtype) {
-    case DType::kBF16: return matmul_rows<LoadBf16>(task, row_begin, row_end);
-    case DType::kF16: return matmul_rows<LoadF16>(task, row_begin, row_end);
-    case DType::kF32: return matmul_rows<LoadF32>(task, row_begin, row_end);
+    case DType::kBF16:
+      return matmul_rows<LoadBf16>(task, row_begin, row_end);
+    case DType::kF16:
+      return matmul_rows<LoadF16>(task, row_begin, row_end);
+    case DType::kF32:
+      return matmul_rows<LoadF32>(task, row_begin, row_end);
   }
 }
 

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -23,25 +22,15 @@ namespace {
 
 struct LoadBf16 {
   using T = uint16_t;
-  static __m512 widen(__m256i v) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-  }
-  static __m512 load(const T* p) {
-    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m512 load_tail(const T* p, __mmask16 mask) {
-    return widen(_mm256_maskz_loadu_epi16(mask, p));
-  }
+  static __m512 widen(__m256i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)); }
+  static __m512 load(const T* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_tail(const T* p, __mmask16 mask) { return widen(_mm256_maskz_loadu_epi16(mask, p)); }
 };
 
 struct LoadF16 {
   using T = uint16_t;
-  static __m512 load(const T* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static __m512 load_tail(const T* p, __mmask16 mask) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
-  }
+  static __m512 load(const T* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_tail(const T* p, __mmask16 mask) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p)); }
 };
 
 struct LoadF32 {
@@ -52,23 +41,33 @@ struct LoadF32 {
 
 // One register tile over the k range [k0, k1) of a k-block.
 struct TileArgs {
-  const void* w;  // weight row r0, element 0
-  int64_t ldw;    // = k
-  const float* x; // token row c0, element 0
+  const void* w;   // weight row r0, element 0
+  int64_t ldw;     // = k
+  const float* x;  // token row c0, element 0
   int64_t ldx;
   int64_t k0, k1;
-  float* out;          // out[c0, r0]
+  float* out;  // out[c0, r0]
   int64_t ldo;
-  const float* bias;   // bias[r0] or nullptr; added by the first k-block only
-  bool accumulate;     // later k-blocks add to what the earlier ones stored
+  const float* bias;  // bias[r0] or nullptr; added by the first k-block only
+  bool accumulate;    // later k-blocks add to what the earlier ones stored
 };
 
 using TileFn = void (*)(const TileArgs&);
 
-// Tile shapes and block sizes, chosen by bench/matmul_bench.cpp on Zen 5.
+// Measured with bench/matmul_bench.cpp on Zen 5 (48 KiB L1d, 1 MiB L2): the
+// 8×3 decode tiles beat the 4×6 GEMM tiles up to 3 tokens and lose from 4.
 constexpr int64_t kGemvMaxTokens = 3;
-constexpr int64_t kGemmKBlock = 512;   // multiple of 16
-constexpr int64_t kGemmRowBlock = 256;
+// GEMM blocks: x block (tokens × k-block f32) 512 KiB and weight block
+// (rows × k-block bf16) 256 KiB share L2; a 6-token tile of x is 24 KiB in L1.
+constexpr int64_t kGemmTokens = 128;
+constexpr int64_t kGemmRows = 128;
+constexpr int64_t kGemmK = 1024;  // multiple of 16
+
+struct Blocking {
+  int64_t tokens;  // token rows per x block
+  int64_t rows;    // weight rows per block
+  int64_t k;       // k-block (a multiple of 16, or all of k)
+};
 
 // Sums the 16 lanes of each of a, b, c, d into [Σa, Σb, Σc, Σd].
 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -76,36 +75,37 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
   __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
                            _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
-  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+  __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+// The unroll pragmas matter: at -O2 GCC does not fully unroll these loops by
+// itself, and then acc[][] lives in memory and the kernel runs 4× slower.
 template <class L, int R, int C>
 void tile(const TileArgs& a) {
   using T = typename L::T;
   const T* w[R];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) w[r] = static_cast<const T*>(a.w) + r * a.ldw;
   const float* x[C];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) x[c] = a.x + c * a.ldx;
 
   __m512 acc[R][C];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
 
   int64_t i = a.k0;
   for (; i + 16 <= a.k1; i += 16) {
     __m512 xv[C];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x[c] + i);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       __m512 wv = L::load(w[r] + i);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
     }
   }
@@ -114,21 +114,21 @@ void tile(const TileArgs& a) {
     // keep garbage (possibly NaN bits) out of the sums.
     __mmask16 mask = static_cast<__mmask16>((1u << (a.k1 - i)) - 1);
     __m512 xv[C];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x[c] + i);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       __m512 wv = L::load_tail(w[r] + i, mask);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
     }
   }
 
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
     float* o = a.out + c * a.ldo;
     int r = 0;
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (; r + 4 <= R; r += 4) {
       __m128 s = reduce4(acc[r][c], acc[r + 1][c], acc[r + 2][c], acc[r + 3][c]);
       if (a.accumulate) {
@@ -138,7 +138,7 @@ void tile(const TileArgs& a) {
       }
       _mm_storeu_ps(o + r, s);
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (; r < R; ++r) {
       float s = _mm512_reduce_add_ps(acc[r][c]);
       if (a.accumulate) {
@@ -166,66 +166,67 @@ constexpr std::array<std::array<TileFn, C>, sizeof...(Rs)> tile_table(std::index
 // the k-block) stays in L1 while every R-row tile of the block streams past.
 // The x tile is the operand loaded most often (C zmm per k-step against R
 // half-width weight loads), so it is the one kept closest.
-static const int64_t kPrefetchTiles = std::getenv("KT_PF") ? std::atoll(std::getenv("KT_PF")) : 0;
+// Loop nest of one thread's rows, BLAS-style: a block of weight rows × a
+// k-block stays in L2 while every token tile meets it; a token tile (C rows ×
+// the k-block) stays in L1 while every R-row tile of the block streams past.
+// The token tile is the operand loaded most often (C zmm per k-step against R
+// half-width weight loads), so it is the one kept closest.
 template <class L, int R, int C>
-void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, int64_t row_block,
-              int64_t k_block) {
+void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blocking& b) {
   static constexpr auto kTable = tile_table<L, C>(std::make_index_sequence<R>{});
   using T = typename L::T;
   const T* w = static_cast<const T*>(t.w);
-  for (int64_t b0 = row_begin; b0 < row_end; b0 += row_block) {
-    int64_t b1 = std::min(row_end, b0 + row_block);
-    for (int64_t k0 = 0; k0 < t.k; k0 += k_block) {
-      int64_t k1 = std::min(t.k, k0 + k_block);
-      for (int64_t c0 = 0; c0 < t.n; c0 += C) {
-        int64_t cc = std::min<int64_t>(C, t.n - c0);
-        for (int64_t r0 = b0; r0 < b1; r0 += R) {
-          int64_t rr = std::min<int64_t>(R, b1 - r0);
-          TileArgs a{w + r0 * t.k, t.k,  t.x + c0 * t.ldx,
-                     t.ldx,        k0,   k1,
-                     t.out + c0 * t.ldo + r0, t.ldo, t.bias ? t.bias + r0 : nullptr,
-                     k0 > 0};
-          if (c0 == 0 && kPrefetchTiles > 0) {
-            int64_t p0 = r0 + kPrefetchTiles * R;
-            int64_t p1 = std::min(b1, p0 + R);
-            for (int64_t r = p0; r < p1; ++r) {
-              const char* row = reinterpret_cast<const char*>(w + r * t.k + k0);
-              const char* end = reinterpret_cast<const char*>(w + r * t.k + k1);
-              for (; row < end; row += 64) _mm_prefetch(row, _MM_HINT_T0);
-            }
+  for (int64_t t0 = 0; t0 < t.n; t0 += b.tokens) {
+    int64_t t1 = std::min(t.n, t0 + b.tokens);
+    for (int64_t b0 = row_begin; b0 < row_end; b0 += b.rows) {
+      int64_t b1 = std::min(row_end, b0 + b.rows);
+      for (int64_t k0 = 0; k0 < t.k; k0 += b.k) {
+        int64_t k1 = std::min(t.k, k0 + b.k);
+        for (int64_t c0 = t0; c0 < t1; c0 += C) {
+          int64_t cc = std::min<int64_t>(C, t1 - c0);
+          for (int64_t r0 = b0; r0 < b1; r0 += R) {
+            int64_t rr = std::min<int64_t>(R, b1 - r0);
+            TileArgs a{w + r0 * t.k,
+                       t.k,
+                       t.x + c0 * t.ldx,
+                       t.ldx,
+                       k0,
+                       k1,
+                       t.out + c0 * t.ldo + r0,
+                       t.ldo,
+                       t.bias ? t.bias + r0 : nullptr,
+                       k0 > 0};
+            kTable[rr - 1][cc - 1](a);
           }
-          kTable[rr - 1][cc - 1](a);
         }
       }
     }
   }
 }
 
-int64_t tune(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoll(v) : fallback;
-}
-
 template <class L>
 void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
-  static const int64_t gemv_max = tune("KT_GEMV_MAX", kGemvMaxTokens);
-  static const int64_t kb = tune("KT_KB", kGemmKBlock);
-  static const int64_t mb = tune("KT_MB", kGemmRowBlock);
-  if (t.n <= gemv_max) {
-    // Decode: each weight row is read once, the few token rows sit in L1/L2.
-    run_rows<L, 8, 3>(t, row_begin, row_end, 8, t.k);
+  if (t.n <= kGemvMaxTokens) {
+    // Decode: each weight row is read once, in 8-row tiles for enough
+    // independent loads and accumulators; the token rows sit in L1/L2.
+    run_rows<L, 8, 3>(t, row_begin, row_end, Blocking{t.n, 8, t.k});
     return;
   }
-  run_rows<L, 4, 6>(t, row_begin, row_end, mb, kb);
+  // f32 weights take twice the bytes: half the rows keep the block's size.
+  int64_t rows = kGemmRows * 2 / static_cast<int64_t>(sizeof(typename L::T));
+  run_rows<L, 4, 6>(t, row_begin, row_end, Blocking{kGemmTokens, rows, kGemmK});
 }
 
 }  // namespace
 
 void matmul_rows_avx512(const MatmulTask& task, int64_t row_begin, int64_t row_end) {
   switch (task.dtype) {
-    case DType::kBF16: return matmul_rows<LoadBf16>(task, row_begin, row_end);
-    case DType::kF16: return matmul_rows<LoadF16>(task, row_begin, row_end);
-    case DType::kF32: return matmul_rows<LoadF32>(task, row_begin, row_end);
+    case DType::kBF16:
+      return matmul_rows<LoadBf16>(task, row_begin, row_end);
+    case DType::kF16:
+      return matmul_rows<LoadF16>(task, row_begin, row_end);
+    case DType::kF32:
+      return matmul_rows<LoadF32>(task, row_begin, row_end);
   }
 }
 
@@ -243,8 +244,7 @@ void convert_to_f32_avx512(const void* src, DType dtype, float* dst, int64_t n) 
   }
   if (i < n) {
     __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
-    __m512 v = dtype == DType::kBF16 ? LoadBf16::load_tail(s + i, mask)
-                                     : LoadF16::load_tail(s + i, mask);
+    __m512 v = dtype == DType::kBF16 ? LoadBf16::load_tail(s + i, mask) : LoadF16::load_tail(s + i, mask);
     _mm512_mask_storeu_ps(dst + i, mask, v);
   }
 }

@@ -67,8 +67,9 @@ void moe(ThreadPool& pool, const float* x, int64_t n, int64_t hidden, const Tens
     y.resize(static_cast<size_t>(m * hidden));             // [m, hidden]
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(x + route.tokens[static_cast<size_t>(i)] * hidden, hidden, xs.data() + i * hidden);
-    cpu_matmul(pool, xs.data(), m, hidden, ex.gate, nullptr, gate_up.data(), 2 * inter);
-    cpu_matmul(pool, xs.data(), m, hidden, ex.up, nullptr, gate_up.data() + inter, 2 * inter);
+    const MatmulTarget both[] = {{&ex.gate, nullptr, gate_up.data(), 2 * inter},
+                                 {&ex.up, nullptr, gate_up.data() + inter, 2 * inter}};
+    cpu_matmul_many(pool, xs.data(), m, hidden, both, 2);
     gated_activation(pool, gate_up.data(), gate_up.data() + inter, m, inter, 2 * inter, params.act,
                      gate_up.data(), 2 * inter);
     cpu_matmul(pool, gate_up.data(), m, 2 * inter, ex.down, nullptr, y.data(), hidden);

@@ -1,12 +1,13 @@
 // convert_to_f32 on every ISA path against an independent decode of the bf16
 // and f16 bit fields, exhaustively over all 65536 encodings and odd lengths.
+#include "backend/cpu/convert.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/convert.h"
 #include "backend/cpu/cpu_features.h"
 
 namespace kettle {
@@ -87,8 +88,7 @@ TEST_P(ConvertTest, OddLengthsWriteExactlyN) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, ConvertTest,
-                         ::testing::Values(CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(Isa, ConvertTest, ::testing::Values(CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const auto& info) { return std::string(cpu_isa_name(info.param)); });
 
 }  // namespace

@@ -1,6 +1,8 @@
 // cpu_matmul on every path (generic, avx2, avx512, openblas) against a naive
 // double-precision reference: every weight and bias dtype, ragged shapes,
 // padded row strides, NaN-poisoned outputs, and thread-count independence.
+#include "backend/cpu/matmul.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/matmul.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -54,15 +55,14 @@ struct Shape {
 };
 
 std::string describe(MatmulPath path, DType dtype, const Shape& s, const char* bias) {
-  return std::string(matmul_path_name(path)) + " " + std::string(dtype_name(dtype)) +
-         " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m) +
-         " ldx=" + std::to_string(s.k + s.x_pad) + " ldo=" + std::to_string(s.m + s.out_pad) +
-         " bias=" + bias;
+  return std::string(matmul_path_name(path)) + " " + std::string(dtype_name(dtype)) + " n=" + std::to_string(s.n) +
+         " k=" + std::to_string(s.k) + " m=" + std::to_string(s.m) + " ldx=" + std::to_string(s.k + s.x_pad) +
+         " ldo=" + std::to_string(s.m + s.out_pad) + " bias=" + bias;
 }
 
 // Runs one matmul and checks it against the double reference, row by row.
-void check_matmul(MatmulPath path, ThreadPool& pool, DType dtype, const Shape& s,
-                  const DType* bias_dtype, std::mt19937& rng) {
+void check_matmul(MatmulPath path, ThreadPool& pool, DType dtype, const Shape& s, const DType* bias_dtype,
+                  std::mt19937& rng) {
   Weights w = make_weights(dtype, {s.m, s.k}, rng);
   Weights b;
   if (bias_dtype != nullptr) b = make_weights(*bias_dtype, {s.m}, rng);
@@ -73,8 +73,7 @@ void check_matmul(MatmulPath path, ThreadPool& pool, DType dtype, const Shape& s
     for (int64_t i = 0; i < s.k; ++i) x[t * ldx + i] = normal(rng);
   std::vector<float> out(static_cast<size_t>(s.n * ldo), NAN);
 
-  cpu_matmul_on(path, pool, x.data(), s.n, ldx, w.tensor, bias_dtype ? &b.tensor : nullptr,
-                out.data(), ldo);
+  cpu_matmul_on(path, pool, x.data(), s.n, ldx, w.tensor, bias_dtype ? &b.tensor : nullptr, out.data(), ldo);
 
   std::string what = describe(path, dtype, s, bias_dtype ? dtype_name(*bias_dtype).data() : "none");
   for (int64_t t = 0; t < s.n; ++t) {
@@ -97,11 +96,9 @@ void check_matmul(MatmulPath path, ThreadPool& pool, DType dtype, const Shape& s
     // its terms' magnitude (a lone output, m = 1, can): no f32 sum is accurate
     // relative to such a row, so it is held to 1e-7 of the magnitude instead.
     double scale = std::max(std::sqrt(ref2), std::sqrt(magnitude2) / 100);
-    ASSERT_LE(std::sqrt(err2), kTolerance * scale)
-        << what << ": row " << t << " (|ref| " << std::sqrt(ref2) << ")";
+    ASSERT_LE(std::sqrt(err2), kTolerance * scale) << what << ": row " << t << " (|ref| " << std::sqrt(ref2) << ")";
     for (int64_t r = s.m; r < ldo; ++r)
-      ASSERT_TRUE(std::isnan(out[t * ldo + r])) << what << ": wrote out[" << t << ", " << r
-                                                << "] past m";
+      ASSERT_TRUE(std::isnan(out[t * ldo + r])) << what << ": wrote out[" << t << ", " << r << "] past m";
   }
 }
 
@@ -166,16 +163,46 @@ TEST_P(MatmulTest, ThreadCountDoesNotChangeResult) {
         cpu_matmul_on(GetParam(), pool, x.data(), n, k, w.tensor, &b.tensor, multi.data(), m);
         for (int64_t i = 0; i < n * m; ++i)
           ASSERT_NEAR(multi[i], single[i], 1e-6 * std::max(1.0f, std::fabs(single[i])))
-              << matmul_path_name(GetParam()) << " " << dtype_name(dtype) << " n=" << n
-              << " threads=" << threads << " at " << i;
+              << matmul_path_name(GetParam()) << " " << dtype_name(dtype) << " n=" << n << " threads=" << threads
+              << " at " << i;
       }
     }
   }
 }
 
+// A grouped matmul (q/k/v, gate/up in one pass) equals one matmul per weight, bit for bit,
+// whatever the thread count, including weights whose rows are not a multiple of the granule.
+TEST_P(MatmulTest, GroupedEqualsSeparate) {
+  if (!matmul_path_available(GetParam())) GTEST_SKIP() << "this CPU lacks " << matmul_path_name(GetParam());
+  std::mt19937 rng(11);
+  for (int64_t n : {1, 7}) {
+    const int64_t k = 96;
+    std::vector<Weights> ws;
+    for (int64_t m : {37, 5, 70}) ws.push_back(make_weights(DType::kBF16, {m, k}, rng));
+    Weights bias = make_weights(DType::kBF16, {5}, rng);
+    std::vector<float> x(static_cast<size_t>(n * k));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : x) v = normal(rng);
+    const int64_t width = 37 + 5 + 70;
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      std::vector<float> grouped(static_cast<size_t>(n * width), NAN), separate(grouped.size(), NAN);
+      MatmulTarget targets[] = {{&ws[0].tensor, nullptr, grouped.data(), width},
+                                {&ws[1].tensor, &bias.tensor, grouped.data() + 37, width},
+                                {&ws[2].tensor, nullptr, grouped.data() + 42, width}};
+      cpu_matmul_many_on(GetParam(), pool, x.data(), n, k, targets, 3);
+      cpu_matmul_on(GetParam(), pool, x.data(), n, k, ws[0].tensor, nullptr, separate.data(), width);
+      cpu_matmul_on(GetParam(), pool, x.data(), n, k, ws[1].tensor, &bias.tensor, separate.data() + 37, width);
+      cpu_matmul_on(GetParam(), pool, x.data(), n, k, ws[2].tensor, nullptr, separate.data() + 42, width);
+      for (size_t i = 0; i < grouped.size(); ++i)
+        ASSERT_EQ(grouped[i], separate[i]) << matmul_path_name(GetParam()) << " n=" << n << " threads=" << threads << " at " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Path, MatmulTest,
-                         ::testing::Values(MatmulPath::kGeneric, MatmulPath::kAvx2,
-                                           MatmulPath::kAvx512, MatmulPath::kBlas),
+                         ::testing::Values(MatmulPath::kGeneric, MatmulPath::kAvx2, MatmulPath::kAvx512,
+                                           MatmulPath::kBlas),
                          [](const auto& info) { return std::string(matmul_path_name(info.param)); });
 
 TEST(MatmulDispatch, IsaCapLimitsChosenPath) {
