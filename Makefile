@@ -19,9 +19,13 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: unit, golden parity with transformers, and the CLI on real files.
+# Every test: unit, golden parity with transformers, the CLI on real files (ctest),
+# then the end-to-end tests against reference implementations (Node's test runner,
+# test-only npm packages pinned in tests/package-lock.json).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd tests && npm ci --no-audit --no-fund --loglevel=error
+	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test e2e/
 
 # The main job for now: one generation on a bundled checkpoint.
 run: build

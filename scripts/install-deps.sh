@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
-  libgtest-dev
+  libgtest-dev libpcre2-dev libicu-dev
+  nodejs npm
 )
 
 missing=()

@@ -7,10 +7,13 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/generator.h"
 #include "model/model.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -21,6 +24,11 @@ namespace {
 struct GenerateFlags {
   std::string model;
   std::string prompt_ids;
+  std::string prompt;
+  std::string chat;
+  std::string system;
+  std::string tokenizer;
+  std::vector<std::string> vars;
   int64_t max_tokens = 128;
   float temperature = 0.0f;
   int top_k = 0;
@@ -48,12 +56,36 @@ SamplingParams sampling_from(const GenerateFlags& f, const GenerationDefaults& d
   return p;
 }
 
+// A text prompt needs the model's tokenizer (--tokenizer overrides the model folder).
+std::optional<Tokenizer> load_tokenizer(const GenerateFlags& f) {
+  if (f.prompt.empty() && f.chat.empty()) return std::nullopt;
+  return Tokenizer::from_file(f.tokenizer.empty() ? f.model : f.tokenizer);
+}
+
+// --prompt-ids as given; --prompt encoded as transformers' tokenizer(text) does (special tokens
+// added); --chat rendered with the model's chat template, then encoded without adding special
+// tokens (the template writes them), as apply_chat_template(tokenize=True) does.
+std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const std::optional<Tokenizer>& tokenizer) {
+  if (!f.prompt_ids.empty()) return parse_id_list(f.prompt_ids, "--prompt-ids");
+  if (!f.prompt.empty()) return tokenizer->encode(f.prompt, true);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
+  messages.push_back({{"role", "user"}, {"content", f.chat}});
+  ChatTemplate chat_template = ChatTemplate::from_path(f.tokenizer.empty() ? f.model : f.tokenizer);
+  std::string text = chat_template.render(messages, nullptr, true, parse_template_vars(f.vars));
+  return tokenizer->encode(text, false);
+}
+
 int run_generate(const GenerateFlags& f) {
   if (f.json) log::set_level(log::Level::kQuiet);
-  std::vector<int32_t> prompt = parse_id_list(f.prompt_ids, "--prompt-ids");
+  const int prompt_kinds = !f.prompt_ids.empty() + !f.prompt.empty() + !f.chat.empty();
+  if (prompt_kinds != 1)
+    fail(ErrorCategory::kInvalidArgument, "generate: give exactly one of --prompt-ids, --prompt or --chat");
 
   Timer load_timer;
   Model model = load_model(f.model);
+  std::optional<Tokenizer> tokenizer = load_tokenizer(f);
+  std::vector<int32_t> prompt = prompt_tokens(f, tokenizer);
   double load_ms = load_timer.millis();
   log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
 
@@ -66,14 +98,29 @@ int run_generate(const GenerateFlags& f) {
   if (!f.ignore_eos) request.stop_ids = model.generation.eos_token_ids;
   request.logits_dump_path = f.dump_logits;
 
+  // Text prompts stream text; id prompts stream ids.
   bool first = true;
+  std::optional<StreamDecoder> stream;
+  if (tokenizer) stream.emplace(*tokenizer);
+  std::string text;
   auto on_token = [&](int32_t token) {
-    if (f.json) return;
-    std::printf("%s%d", first ? "" : ",", token);
+    if (stream) {
+      bool is_stop = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
+      std::string piece = is_stop ? "" : stream->push(token);
+      text += piece;
+      if (!f.json) std::fputs(piece.c_str(), stdout);
+    } else if (!f.json) {
+      std::printf("%s%d", first ? "" : ",", token);
+    }
     std::fflush(stdout);
     first = false;
   };
   GenerationResult result = generate(transformer, request, on_token);
+  if (stream) {
+    std::string rest = stream->finish();
+    text += rest;
+    if (!f.json) std::fputs(rest.c_str(), stdout);
+  }
   const auto n_prompt = static_cast<int64_t>(request.prompt.size());
   const auto n_new = static_cast<int64_t>(result.tokens.size());
   const double prefill_tps = n_prompt / (result.prefill_ms / 1e3);
@@ -82,10 +129,12 @@ int run_generate(const GenerateFlags& f) {
     nlohmann::json out = {
         {"model", f.model},
         {"token_ids", result.tokens},
+        {"prompt_token_ids", request.prompt},
         {"prompt_tokens", n_prompt},
         {"completion_tokens", n_new},
         {"finish_reason", result.finish_reason},
         {"seed", request.sampling.seed},
+        {"text", tokenizer ? nlohmann::json(text) : nlohmann::json(nullptr)},
         {"timings",
          {{"load_ms", load_ms},
           {"prefill_ms", result.prefill_ms},
@@ -106,7 +155,12 @@ int run_generate(const GenerateFlags& f) {
 Action register_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
   app.add_option("-m,--model", f->model, "Hugging Face model folder (config.json + *.safetensors)")->required();
-  app.add_option("--prompt-ids", f->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3")->required();
+  app.add_option("--prompt-ids", f->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
+  app.add_option("-p,--prompt", f->prompt, "prompt as raw text, encoded with the model's tokenizer.json");
+  app.add_option("--chat", f->chat, "a user message, wrapped in the model's chat template");
+  app.add_option("--system", f->system, "a system message before --chat");
+  app.add_option("--tokenizer", f->tokenizer, "tokenizer.json / tokenizer_config.json folder (default: the model folder)");
+  app.add_option("--var", f->vars, "chat-template variable k=v (JSON value or string), e.g. enable_thinking=false");
   app.add_option("-n,--max-tokens", f->max_tokens, "most tokens to generate")->check(CLI::PositiveNumber)->capture_default_str();
   f->temperature_opt = app.add_option("--temp,--temperature", f->temperature,
                                       "sampling temperature, 0 = greedy (default: generation_config.json, else greedy)")

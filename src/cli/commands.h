@@ -12,5 +12,7 @@ using Action = std::function<int()>;
 
 Action register_generate(CLI::App& app);
 Action register_bench(CLI::App& app);
+Action register_tokenize(CLI::App& app);  // cmd_tokenize.cpp
+Action register_render(CLI::App& app);    // cmd_render.cpp
 
 }  // namespace kettle::cli

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   };
   add("generate", "one-shot generation from prompt token ids", kettle::cli::register_generate);
   add("bench", "measure prefill and decode speed and peak memory", kettle::cli::register_bench);
+  add("tokenize", "encode text (or decode ids) with a model's tokenizer.json", kettle::cli::register_tokenize);
+  add("render", "render a conversation with a model's chat template", kettle::cli::register_render);
 
   try {
     app.parse(argc, argv);

@@ -28,6 +28,19 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
   return ids;
 }
 
+nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& item : vars) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail(ErrorCategory::kInvalidArgument, "--var {}: expected NAME=VALUE", item);
+    std::string value = item.substr(eq + 1);
+    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, false);
+    out[item.substr(0, eq)] = parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
+  }
+  return out;
+}
+
 void ThreadOption::add_to(CLI::App& app) {
   app.add_option("-t,--threads", threads, "CPU threads (0: one per available core)")
       ->check(CLI::NonNegativeNumber)

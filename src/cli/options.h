@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -13,6 +14,10 @@ namespace kettle::cli {
 
 // "1,2,3" (spaces allowed) → ids; an error names the flag and the bad item.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+// --var k=v items → a JSON object; v is parsed as JSON when it parses (true, 3, "x", [..]),
+// else taken as a string. An item without '=' is an error naming it.
+nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars);
 
 struct ThreadOption {
   int threads = 0;  // 0: all cores

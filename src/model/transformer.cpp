@@ -8,6 +8,12 @@
 #include <algorithm>
 
 namespace kettle {
+namespace {
+
+// Optional weights (biases) are empty tensors; ops take them as nullable pointers.
+const Tensor* optional(const Tensor& t) { return t.empty() ? nullptr : &t; }
+
+}  // namespace
 
 Transformer::Transformer(const Model& model, Backend& backend) : model_(model), backend_(backend) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
@@ -75,12 +81,11 @@ void Transformer::attention_block(int64_t layer, int64_t n, KvCache& kv) {
   const int64_t start = kv.length();
   float* k_rows = kv.keys(layer) + start * kvs;    // [n, kv_size] inside the cache
   float* v_rows = kv.values(layer) + start * kvs;  // [n, kv_size]
-  const auto opt = [](const Tensor& t) { return t.empty() ? nullptr : &t; };
 
   backend_.rms_norm(hidden_.data(), n, h, h, w.attn_norm, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
   if (!w.qkv.empty()) {
     const int64_t width = qs + 2 * kvs;
-    backend_.matmul(normed_.data(), n, h, w.qkv, opt(w.qkv_bias), qkv_.data(), width);
+    backend_.matmul(normed_.data(), n, h, w.qkv, optional(w.qkv_bias), qkv_.data(), width);
     for (int64_t t = 0; t < n; ++t) {
       const float* row = qkv_.data() + t * width;
       std::copy_n(row, qs, q_.data() + t * qs);
@@ -88,9 +93,9 @@ void Transformer::attention_block(int64_t layer, int64_t n, KvCache& kv) {
       std::copy_n(row + qs + kvs, kvs, v_rows + t * kvs);
     }
   } else {
-    const Backend::MatmulTarget qkv[] = {{&w.q, opt(w.q_bias), q_.data(), qs},
-                                         {&w.k, opt(w.k_bias), k_rows, kvs},
-                                         {&w.v, opt(w.v_bias), v_rows, kvs}};
+    const Backend::MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), q_.data(), qs},
+                                         {&w.k, optional(w.k_bias), k_rows, kvs},
+                                         {&w.v, optional(w.v_bias), v_rows, kvs}};
     backend_.matmul_many(normed_.data(), n, h, qkv, 3);
   }
   if (!w.q_norm.empty())
@@ -107,7 +112,7 @@ void Transformer::attention_block(int64_t layer, int64_t n, KvCache& kv) {
 
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
   backend_.attention(q_.data(), n, qs, kv.keys(layer), kv.values(layer), kvs, start, params, attn_.data(), qs);
-  backend_.matmul(attn_.data(), n, qs, w.o, opt(w.o_bias), proj_.data(), h);
+  backend_.matmul(attn_.data(), n, qs, w.o, optional(w.o_bias), proj_.data(), h);
   if (!w.attn_post_norm.empty())
     backend_.rms_norm(proj_.data(), n, h, h, w.attn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
   backend_.add(hidden_.data(), proj_.data(), n * h);
@@ -117,7 +122,6 @@ void Transformer::mlp_block(int64_t layer, int64_t n) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& w = model_.weights.layers[static_cast<size_t>(layer)];
   const int64_t h = s.hidden_size;
-  const auto opt = [](const Tensor& t) { return t.empty() ? nullptr : &t; };
 
   backend_.rms_norm(hidden_.data(), n, h, h, w.ffn_norm, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
   if (s.layers[static_cast<size_t>(layer)].moe) {
@@ -128,12 +132,12 @@ void Transformer::mlp_block(int64_t layer, int64_t n) {
     if (!w.gate_up.empty()) {
       backend_.matmul(normed_.data(), n, h, w.gate_up, nullptr, mlp_.data(), width);
     } else {
-      const Backend::MatmulTarget gate_up[] = {{&w.gate, opt(w.gate_bias), mlp_.data(), width},
-                                               {&w.up, opt(w.up_bias), mlp_.data() + inter, width}};
+      const Backend::MatmulTarget gate_up[] = {{&w.gate, optional(w.gate_bias), mlp_.data(), width},
+                                               {&w.up, optional(w.up_bias), mlp_.data() + inter, width}};
       backend_.matmul_many(normed_.data(), n, h, gate_up, 2);
     }
     backend_.gated_activation(mlp_.data(), mlp_.data() + inter, n, inter, width, s.act, mlp_.data(), width);
-    backend_.matmul(mlp_.data(), n, width, w.down, opt(w.down_bias), proj_.data(), h);
+    backend_.matmul(mlp_.data(), n, width, w.down, optional(w.down_bias), proj_.data(), h);
   }
   if (!w.ffn_post_norm.empty())
     backend_.rms_norm(proj_.data(), n, h, h, w.ffn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
