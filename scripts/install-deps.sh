@@ -7,8 +7,11 @@ packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
   libgtest-dev libpcre2-dev libicu-dev
-  nodejs npm
 )
+# The end-to-end tests run under Node's test runner; a machine that already has a
+# node and npm (from any source) keeps them, a bare Debian gets Debian's.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
