@@ -100,8 +100,7 @@ TEST_F(ChatLoading, ErrorsNameTheFile) {
 }
 
 TEST_F(ChatLoading, ShippedTemplatesCompile) {
-  for (const char* name : {"llama-3.2-3b-instruct.jinja", "mistral-7b-instruct-v0.3.jinja",
-                           "mistral-nemo-instruct-2407.jinja", "phi-3.5-mini-instruct.jinja"}) {
+  for (const char* name : {"phi3-format.jinja", "mistral-v3-format.jinja"}) {
     std::ifstream in(fs::path(KETTLE_TEST_DATA) / "chat_templates" / name);
     ASSERT_TRUE(in) << name;
     const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -26,7 +26,8 @@ std::string render(const std::string& source, const Json& extra = Json::object()
 
 TEST(ChatRender, VariablesTransformersPasses) {
   EXPECT_EQ(render("{{ bos_token }}{{ add_generation_prompt }}{{ messages | length }}"), "<s>true4");
-  EXPECT_EQ(render("{{ tools is defined }}"), "false");
+  // transformers passes tools and documents always, None when absent.
+  EXPECT_EQ(render("{{ tools is none }} {{ documents is none }}"), "true true");
   EXPECT_EQ(render("{{ tools | length }}", Json::object(), Json::array({Json::object()})), "1");
   EXPECT_EQ(
       render("{{ enable_thinking }} {{ date_string }}", Json{{"enable_thinking", false}, {"date_string", "1 Jan"}}),
