@@ -1,7 +1,8 @@
 // Parity with Hugging Face transformers: for every case under
-// tests/data/goldens, the f32 CPU forward reproduces the reference logits of
-// every prompt position (relative error ≤ 1e-4 per position) and the 24
-// greedy tokens exactly.
+// tests/data/goldens (tiny random models, model/ inside the case) and
+// tests/data/goldens-demo (the bundled demo models under models/), the f32 CPU
+// forward reproduces the reference logits of every prompt position (relative
+// error ≤ 1e-4 per position) and the 24 greedy tokens exactly.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -19,14 +20,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path goldens_dir() { return fs::path(KETTLE_TEST_DATA) / "goldens"; }
-
+// A case is "goldens/<name>" or "goldens-demo/<name>".
 std::vector<std::string> case_names() {
   std::vector<std::string> names;
-  for (auto& entry : fs::directory_iterator(goldens_dir()))
-    if (fs::exists(entry.path() / "golden.json")) names.push_back(entry.path().filename().string());
+  for (const char* set : {"goldens", "goldens-demo"})
+    for (auto& entry : fs::directory_iterator(fs::path(KETTLE_TEST_DATA) / set))
+      if (fs::exists(entry.path() / "golden.json")) names.push_back(std::string(set) + "/" + entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+fs::path case_dir(const std::string& name) { return fs::path(KETTLE_TEST_DATA) / name; }
+
+// Tiny cases carry their model; demo cases point at the bundled model of the same name.
+std::string model_dir(const std::string& name) {
+  fs::path own = case_dir(name) / "model";
+  if (fs::exists(own)) return own.string();
+  return (fs::path(KETTLE_TEST_DATA) / ".." / ".." / "models" / case_dir(name).filename()).string();
 }
 
 struct Golden {
@@ -63,9 +73,9 @@ double relative_error(const float* out, const float* ref, int64_t n) {
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTest, PromptLogitsMatchTransformers) {
-  const fs::path dir = goldens_dir() / GetParam();
+  const fs::path dir = case_dir(GetParam());
   Golden g = read_golden(dir);
-  Model model = load_model((dir / "model").string());
+  Model model = load_model(model_dir(GetParam()));
   ASSERT_EQ(model.spec.vocab_size, g.vocab);
   ASSERT_EQ(static_cast<int64_t>(g.prompt.size()), g.positions);
   for (int threads : {1, 2}) {
@@ -85,9 +95,9 @@ TEST_P(GoldenTest, PromptLogitsMatchTransformers) {
 }
 
 TEST_P(GoldenTest, GreedyTokensMatchTransformers) {
-  const fs::path dir = goldens_dir() / GetParam();
+  const fs::path dir = case_dir(GetParam());
   Golden g = read_golden(dir);
-  Model model = load_model((dir / "model").string());
+  Model model = load_model(model_dir(GetParam()));
   auto backend = make_cpu_backend(2);
   Transformer transformer(model, *backend);
   GenerationRequest request;
@@ -101,9 +111,9 @@ TEST_P(GoldenTest, GreedyTokensMatchTransformers) {
 // Decoding one token at a time must give the same logits as one prefill over the
 // same tokens: the KV cache path and the batched path agree.
 TEST_P(GoldenTest, IncrementalDecodeMatchesPrefill) {
-  const fs::path dir = goldens_dir() / GetParam();
+  const fs::path dir = case_dir(GetParam());
   Golden g = read_golden(dir);
-  Model model = load_model((dir / "model").string());
+  Model model = load_model(model_dir(GetParam()));
   auto backend = make_cpu_backend(2);
   Transformer transformer(model, *backend);
   KvCache kv = transformer.new_cache();
@@ -117,7 +127,12 @@ TEST_P(GoldenTest, IncrementalDecodeMatchesPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::ValuesIn(case_names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '/', '_');
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace kettle
