@@ -3,8 +3,8 @@
 BUILD ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
-MODEL ?= tests/data/goldens/llama/model
-PROMPT_IDS ?= 22,506,217,201,137
+MODEL ?= models/kettle-demo
+CHAT ?= What does kettle mean?
 
 .PHONY: all deps configure build test run bench clean format
 
@@ -27,9 +27,9 @@ test: build
 	cd tests && npm ci --no-audit --no-fund --loglevel=error
 	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test e2e/
 
-# The main job for now: one generation on a bundled checkpoint.
+# The main job for now: the bundled demo model answers one chat message.
 run: build
-	$(BUILD)/kettle generate --model $(MODEL) --prompt-ids $(PROMPT_IDS) --max-tokens 24
+	$(BUILD)/kettle generate --model $(MODEL) --chat "$(CHAT)" --max-tokens 96
 
 bench: build
 	$(BUILD)/kettle bench --synthetic llama-3.2-1b

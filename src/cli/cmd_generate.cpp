@@ -76,8 +76,10 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const std::optional<T
   return tokenizer->encode(text, false);
 }
 
-int run_generate(const GenerateFlags& f) {
+int run_generate(const GenerateFlags& flags) {
+  GenerateFlags f = flags;
   if (f.json) log::set_level(log::Level::kQuiet);
+  f.model = model_or_default(f.model);
   const int prompt_kinds = !f.prompt_ids.empty() + !f.prompt.empty() + !f.chat.empty();
   if (prompt_kinds != 1)
     fail(ErrorCategory::kInvalidArgument, "generate: give exactly one of --prompt-ids, --prompt or --chat");
@@ -144,6 +146,7 @@ int run_generate(const GenerateFlags& f) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the answer's last line before the timing line on stderr
     log::info("prompt {} tokens in {:.1f} ms ({:.1f} tok/s); generated {} tokens in {:.1f} ms ({:.1f} tok/s), {}",
               n_prompt, result.prefill_ms, prefill_tps, n_new, result.decode_ms, decode_tps, result.finish_reason);
   }
@@ -154,7 +157,7 @@ int run_generate(const GenerateFlags& f) {
 
 Action register_generate(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  app.add_option("-m,--model", f->model, "Hugging Face model folder (config.json + *.safetensors)")->required();
+  app.add_option("-m,--model", f->model, "Hugging Face model folder (default: the bundled demo model)");
   app.add_option("--prompt-ids", f->prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   app.add_option("-p,--prompt", f->prompt, "prompt as raw text, encoded with the model's tokenizer.json");
   app.add_option("--chat", f->chat, "a user message, wrapped in the model's chat template");

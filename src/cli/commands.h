@@ -14,5 +14,6 @@ Action register_generate(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_tokenize(CLI::App& app);  // cmd_tokenize.cpp
 Action register_render(CLI::App& app);    // cmd_render.cpp
+Action register_perplexity(CLI::App& app);  // cmd_perplexity.cpp
 
 }  // namespace kettle::cli

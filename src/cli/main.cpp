@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add("bench", "measure prefill and decode speed and peak memory", kettle::cli::register_bench);
   add("tokenize", "encode text (or decode ids) with a model's tokenizer.json", kettle::cli::register_tokenize);
   add("render", "render a conversation with a model's chat template", kettle::cli::register_render);
+  add("perplexity", "perplexity of a model over a text file (sliding window)", kettle::cli::register_perplexity);
 
   try {
     app.parse(argc, argv);

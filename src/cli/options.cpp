@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "util/error.h"
+#include "util/log.h"
 #include "util/thread_pool.h"
 
 namespace kettle::cli {
@@ -39,6 +40,14 @@ nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars)
     out[item.substr(0, eq)] = parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
   }
   return out;
+}
+
+std::string default_model_dir() { return KETTLE_DEFAULT_MODEL; }
+
+std::string model_or_default(const std::string& model) {
+  if (!model.empty()) return model;
+  log::info("no --model given: using the bundled demo model {}", default_model_dir());
+  return default_model_dir();
 }
 
 void ThreadOption::add_to(CLI::App& app) {

@@ -19,6 +19,11 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
 // else taken as a string. An item without '=' is an error naming it.
 nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars);
 
+// The model used when a command is given none: the bundled demo model.
+std::string default_model_dir();
+// `model` when given, else the default model (saying so on the terminal).
+std::string model_or_default(const std::string& model);
+
 struct ThreadOption {
   int threads = 0;  // 0: all cores
   void add_to(CLI::App& app);

@@ -25,3 +25,13 @@ test('generate --json reproduces the golden greedy tokens', () => {
   assert.deepEqual(result.token_ids, golden.greedy_new_tokens);
   assert.equal(result.prompt_tokens, golden.prompt_ids.length);
 });
+
+test('with no --model, generate answers with the bundled demo model, on topic', () => {
+  for (const word of ['water', 'garden', 'music']) {
+    const out = execFileSync(kettle, ['generate', '--chat', `What does ${word} mean?`, '--max-tokens', '48',
+      '--seed', '1', '--json'], { encoding: 'utf8' });
+    const result = JSON.parse(out);
+    assert.ok(result.text.trim().length > 0, 'empty answer');
+    assert.match(result.text.toLowerCase(), new RegExp(word), `answer not about ${word}: ${result.text}`);
+  }
+});
