@@ -80,7 +80,7 @@ def make_model(name, vocab):
     return LlamaForCausalLM(config)
 
 
-def train(model, data, minutes, lr, log):
+def train(model, data, minutes, lr, log, fixed_steps=None):
     device = "cuda"
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
@@ -88,7 +88,7 @@ def train(model, data, minutes, lr, log):
     n = tokens.numel() - SEQ - 1
     deadline = time.time() + minutes * 60
     # Steps are time-budgeted: time steps 20..60 (past CUDA's start-up), then fix the cosine schedule's length.
-    step, total_steps, warmup, losses = 0, None, 100, []
+    step, total_steps, warmup, losses = 0, fixed_steps, 100, []
     start = time.time()
     t20 = None
     while True:
@@ -101,7 +101,7 @@ def train(model, data, minutes, lr, log):
             total_steps = max(200, int((minutes * 60 - (time.time() - start)) / per_step) + 60)
         if total_steps is not None and step >= total_steps:
             break
-        if time.time() > deadline + 30:
+        if fixed_steps is None and time.time() > deadline + 30:
             break
         horizon = total_steps or 10_000
         scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / horizon))))
@@ -166,6 +166,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--target-minutes", type=float, default=5)
     ap.add_argument("--draft-minutes", type=float, default=2)
+    ap.add_argument("--target-steps", type=int, default=None, help="fixed step count instead of a time budget")
+    ap.add_argument("--draft-steps", type=int, default=None)
     ap.add_argument("--vocab", type=int, default=4096)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -196,11 +198,13 @@ def main():
     log(f"tokenizer: vocab {tok.get_vocab_size()}, {len(data)} training tokens, {len(held_ids)} held-out tokens")
 
     report = {"training_tokens": int(len(data)), "heldout_tokens": len(held_ids), "seq": SEQ, "batch": BATCH}
-    for name, minutes in (("kettle-demo", args.target_minutes), ("kettle-demo-draft", args.draft_minutes)):
+    runs = (("kettle-demo", args.target_minutes, args.target_steps),
+            ("kettle-demo-draft", args.draft_minutes, args.draft_steps))
+    for name, minutes, fixed_steps in runs:
         model = make_model(name, tok.get_vocab_size())
         params = sum(p.numel() for p in model.parameters())
         log(f"{name}: {params / 1e6:.2f} M parameters")
-        stats = train(model, data, minutes, SHAPES[name]["lr"], log)
+        stats = train(model, data, minutes, SHAPES[name]["lr"], log, fixed_steps)
         out_dir = os.path.join(args.out, name)
         save_model(model, tok_fast, out_dir, [im_end, eot])
         # Reference numbers from the saved bf16 checkpoint, reloaded and run in float32.
