@@ -23,6 +23,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from reference_perplexity import perplexity  # Hugging Face's sliding-window recipe, shared with the tests' reference
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -123,28 +125,6 @@ def train(model, data, minutes, lr, log, fixed_steps=None):
         step += 1
     return {"steps": step, "tokens_seen": step * BATCH * SEQ, "final_loss": float(np.mean(losses[-200:])),
             "seconds": time.time() - start}
-
-
-@torch.no_grad()
-def perplexity(model, ids, context=512, stride=256):
-    """Hugging Face's sliding-window recipe (docs: perplexity of fixed-length models)."""
-    model.eval()
-    ids = torch.tensor(ids, device="cuda")[None, :]
-    nll_sum, n_tokens, prev_end = 0.0, 0, 0
-    for begin in range(0, ids.size(1), stride):
-        end = min(begin + context, ids.size(1))
-        target_len = end - prev_end
-        window = ids[:, begin:end]
-        targets = window.clone()
-        targets[:, :-target_len] = -100
-        out = model(input_ids=window, labels=targets)
-        valid = (targets[:, 1:] != -100).sum().item()
-        nll_sum += out.loss.float().item() * valid
-        n_tokens += valid
-        prev_end = end
-        if end == ids.size(1):
-            break
-    return math.exp(nll_sum / n_tokens), n_tokens
 
 
 def save_model(model, tok_fast, out_dir, eos_ids):
