@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 @torch.no_grad()
-def perplexity(model, ids, context, stride):
+def perplexity(model, ids, context=512, stride=256):
     ids = torch.tensor([ids], device="cuda")
     nll_sum, n_tokens, prev_end = 0.0, 0, 0
     for begin in range(0, ids.size(1), stride):
