@@ -15,5 +15,6 @@ Action register_bench(CLI::App& app);
 Action register_tokenize(CLI::App& app);  // cmd_tokenize.cpp
 Action register_render(CLI::App& app);    // cmd_render.cpp
 Action register_perplexity(CLI::App& app);  // cmd_perplexity.cpp
+Action register_serve(CLI::App& app);       // cmd_serve.cpp
 
 }  // namespace kettle::cli

@@ -12,7 +12,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"kettle: a local LLM inference appliance"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: serve with the defaults
   std::map<CLI::App*, kettle::cli::Action> actions;
   auto add = [&](const char* name, const char* help, kettle::cli::Action (*reg)(CLI::App&)) {
     CLI::App* sub = app.add_subcommand(name, help);
@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   add("tokenize", "encode text (or decode ids) with a model's tokenizer.json", kettle::cli::register_tokenize);
   add("render", "render a conversation with a model's chat template", kettle::cli::register_render);
   add("perplexity", "perplexity of a model over a text file (sliding window)", kettle::cli::register_perplexity);
+  add("serve", "OpenAI-compatible HTTP server (the default command)", kettle::cli::register_serve);
+  CLI::App* serve = app.get_subcommand("serve");
 
   try {
     app.parse(argc, argv);
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) return action();
+    return actions[serve]();  // bare `kettle`: serve the default model
   } catch (const kettle::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return e.exit_code();

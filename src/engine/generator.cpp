@@ -38,6 +38,10 @@ GenerationResult generate(Transformer& transformer, const GenerationRequest& req
   const bool dump = !request.logits_dump_path.empty();
   HostBuffer<float> logits(static_cast<size_t>((dump ? n : 1) * spec.vocab_size));
 
+  if (request.should_stop && request.should_stop()) {
+    result.finish_reason = "cancelled";
+    return result;
+  }
   Timer timer;
   transformer.forward(request.prompt.data(), n, kv, dump ? LogitsFor::kAllTokens : LogitsFor::kLastToken, logits.data());
   result.prefill_ms = timer.millis();
@@ -58,6 +62,10 @@ GenerationResult generate(Transformer& transformer, const GenerationRequest& req
       break;
     }
     if (step + 1 == request.max_tokens) break;
+    if (request.should_stop && request.should_stop()) {
+      result.finish_reason = "cancelled";
+      break;
+    }
     transformer.forward(&token, 1, kv, LogitsFor::kLastToken, logits.data());
   }
   result.decode_ms = timer.millis();

@@ -18,11 +18,14 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<int> stop_ids;  // end of sequence ids; empty: never stop early
   std::string logits_dump_path;  // when set: f32 logits of every prompt position are written here
+  // Checked before the prefill and between decode steps; true ends the run with
+  // finish_reason "cancelled" (the server's disconnect / stop-string hook).
+  std::function<bool()> should_stop;
 };
 
 struct GenerationResult {
   std::vector<int32_t> tokens;
-  std::string finish_reason;  // "stop" (an end-of-sequence id) or "length"
+  std::string finish_reason;  // "stop" (an end-of-sequence id), "length" or "cancelled" (should_stop)
   double prefill_ms = 0.0;
   double decode_ms = 0.0;  // from the first sampled token to the last
 };

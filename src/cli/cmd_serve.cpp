@@ -1,0 +1,150 @@
+// `kettle serve [model]` (also bare `kettle`): load the model, start the engine
+// thread and the OpenAI-compatible HTTP server; SIGINT/SIGTERM drain in-flight
+// requests (up to 10 s), then exit 0. Signals reach a watcher thread through a
+// self-pipe (OpenBLAS starts threads before main, so a sigwait mask cannot cover all).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "chat/chat_template.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "engine/generator.h"
+#include "model/model.h"
+#include "server/engine_worker.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle::cli {
+namespace {
+
+constexpr double kDrainSeconds = 10.0;
+
+int g_signal_pipe[2] = {-1, -1};  // the self-pipe: written only by the signal handler
+
+extern "C" void on_signal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);  // async-signal-safe
+}
+
+// Routes SIGINT and SIGTERM into the pipe; returns the signal read from it (blocking).
+void install_signal_pipe() {
+  if (pipe(g_signal_pipe) != 0) fail(ErrorCategory::kInternal, "serve: cannot create the signal pipe");
+  fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+int wait_for_signal() {
+  unsigned char byte = 0;
+  while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  return byte;
+}
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t max_tokens = 512;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  bool no_open = false;
+  ThreadOption threads;
+  CLI::Option* temperature_opt = nullptr;
+  CLI::Option* top_p_opt = nullptr;
+  CLI::Option* top_k_opt = nullptr;
+};
+
+std::string model_id(const std::string& folder) {
+  std::filesystem::path p = std::filesystem::path(folder).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// A model without a chat template still serves /v1/completions.
+std::optional<ChatTemplate> load_chat_template(const std::string& folder) {
+  try {
+    return ChatTemplate::from_path(folder);
+  } catch (const Error& e) {
+    log::warn("no chat template ({}); /v1/chat/completions is disabled", e.what());
+    return std::nullopt;
+  }
+}
+
+int run_serve(const ServeFlags& flags) {
+  install_signal_pipe();
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::string folder = model_or_default(flags.model);
+  Model model = load_model(folder);
+  Tokenizer tokenizer = Tokenizer::from_file(folder);
+  std::optional<ChatTemplate> chat_template = load_chat_template(folder);
+
+  server::ServerConfig config;
+  config.model_id = model_id(folder);
+  config.context_length = model.spec.max_position_embeddings;
+  config.default_max_tokens = flags.max_tokens;
+  config.sampling = default_sampling(model.generation);
+  if (flags.temperature_opt->count()) config.sampling.temperature = flags.temperature;
+  if (flags.top_p_opt->count()) config.sampling.top_p = flags.top_p;
+  if (flags.top_k_opt->count()) config.sampling.top_k = flags.top_k;
+
+  server::EngineWorker engine(model, tokenizer, flags.threads.resolve());
+  server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
+  http.bind(flags.host, flags.port);
+
+  std::thread signal_thread([&] {
+    int signal = wait_for_signal();
+    if (signal == 0) return;  // the listener failed; nothing to drain
+    log::info("{}: finishing in-flight requests (up to {:.0f} s), then exiting", signal == SIGINT ? "SIGINT" : "SIGTERM",
+              kDrainSeconds);
+    http.shutdown(kDrainSeconds);
+  });
+  std::printf("kettle serving %s (%s)\n  OpenAI API: http://%s:%d/v1\n", config.model_id.c_str(), folder.c_str(),
+              flags.host.c_str(), flags.port);
+  std::fflush(stdout);
+  http.listen();
+  if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);  // wakes the watcher when listen ended on its own
+  signal_thread.join();
+  engine.stop();
+  log::info("server stopped");
+  return 0;
+}
+
+}  // namespace
+
+Action register_serve(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  app.add_option("model", f->model, "Hugging Face model folder (default: the bundled demo model)");
+  app.add_option("--host", f->host, "address to listen on")->capture_default_str();
+  app.add_option("--port", f->port, "TCP port")->check(CLI::Range(1, 65535))->capture_default_str();
+  app.add_option("--max-tokens", f->max_tokens, "tokens generated when a request gives no max_tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  f->temperature_opt = app.add_option("--temp,--temperature", f->temperature,
+                                      "default sampling temperature (default: generation_config.json, else greedy)")
+                           ->check(CLI::NonNegativeNumber);
+  f->top_p_opt = app.add_option("--top-p", f->top_p, "default nucleus mass (default: generation_config.json)")
+                     ->check(CLI::Range(0.0f, 1.0f));
+  f->top_k_opt = app.add_option("--top-k", f->top_k, "default top-k, 0 = off (default: generation_config.json)")
+                     ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-open", f->no_open, "do not open a browser (kettle opens none yet)");
+  f->threads.add_to(app);
+  return [f] { return run_serve(*f); };
+}
+
+}  // namespace kettle::cli

@@ -1,0 +1,120 @@
+// The engine thread: tokens → text with StreamDecoder, stop strings with
+// StopMatcher, one event per emitted piece; a cancelled channel ends the
+// generation before the next decode step.
+#include "server/engine_worker.h"
+
+#include <algorithm>
+
+#include "engine/generator.h"
+#include "tokenizer/stream_decoder.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle::server {
+
+EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, int n_threads)
+    : model_(model), tokenizer_(tokenizer), backend_(make_cpu_backend(n_threads)) {
+  transformer_ = std::make_unique<Transformer>(model_, *backend_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+EngineWorker::~EngineWorker() { stop(); }
+
+void EngineWorker::submit(Job job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      queue_.push_back(std::move(job));
+      wake_.notify_one();
+      return;
+    }
+  }
+  job.channel->push({Event::Kind::kError, "the server is shutting down", "", 0, 0, {}});
+}
+
+void EngineWorker::cancel_all(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  cancel_reason_ = reason;
+  if (running_) running_->cancel();
+  for (Job& job : queue_) job.channel->cancel();
+}
+
+void EngineWorker::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineWorker::loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      if (stopping_) {
+        job.channel->push({Event::Kind::kError, "the server is shutting down", "", 0, 0, {}});
+        continue;
+      }
+      running_ = job.channel;
+    }
+    try {
+      run(job);
+    } catch (const std::exception& e) {
+      log::warn("request failed: {}", e.what());
+      job.channel->push({Event::Kind::kError, e.what(), "", 0, 0, {}});
+    }
+    std::lock_guard lock(mutex_);
+    running_.reset();
+  }
+}
+
+void EngineWorker::run(Job& job) {
+  EventChannel& channel = *job.channel;
+  GenerationRequest request;
+  request.prompt = job.prompt;
+  request.max_tokens = job.max_tokens;
+  request.sampling = job.sampling;
+  if (!job.ignore_eos) request.stop_ids = model_.generation.eos_token_ids;
+
+  StreamDecoder decoder(tokenizer_);
+  StopMatcher matcher(job.stop);
+  auto emit = [&](const std::string& text) {
+    if (!text.empty()) channel.push({Event::Kind::kText, text, "", 0, 0, {}});
+  };
+  auto on_token = [&](int32_t token) {
+    if (matcher.stopped()) return;
+    bool is_eos = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
+    if (!is_eos) emit(matcher.push(decoder.push(token)));
+  };
+  request.should_stop = [&] { return channel.cancelled() || matcher.stopped(); };
+
+  GenerationResult result = generate(*transformer_, request, on_token);
+  if (channel.cancelled()) {
+    std::string reason;
+    {
+      std::lock_guard lock(mutex_);
+      reason = cancel_reason_.empty() ? "the client disconnected" : cancel_reason_;
+    }
+    log::info("generation cancelled after {} tokens: {}", result.tokens.size(), reason);
+    channel.push({Event::Kind::kError, "generation cancelled: " + reason, "", 0, 0, {}});
+    return;
+  }
+  std::string finish_reason = result.finish_reason;
+  if (matcher.stopped()) {
+    finish_reason = "stop";
+  } else {
+    emit(matcher.push(decoder.finish()));
+    emit(matcher.finish());
+  }
+  Event done{Event::Kind::kDone, "", finish_reason, static_cast<int64_t>(job.prompt.size()),
+             static_cast<int64_t>(result.tokens.size()), result.tokens};
+  channel.push(std::move(done));
+}
+
+}  // namespace kettle::server

@@ -1,0 +1,49 @@
+// EngineWorker: the one thread that owns the Transformer and its KV cache. It
+// runs queued Jobs in FIFO order, one at a time, and reports each through the
+// job's EventChannel; HTTP threads never touch the model.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "model/transformer.h"
+#include "server/request_channel.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kettle::server {
+
+class EngineWorker {
+ public:
+  // model and tokenizer must outlive the worker.
+  EngineWorker(const Model& model, const Tokenizer& tokenizer, int n_threads);
+  ~EngineWorker();
+
+  void submit(Job job);
+  // Cancels the running job (with an error event) and every queued one.
+  void cancel_all(const std::string& reason);
+  // Finishes the running job, fails the queued ones, joins the thread.
+  void stop();
+
+ private:
+  void loop();
+  void run(Job& job);
+
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Transformer> transformer_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> queue_;
+  std::shared_ptr<EventChannel> running_;
+  std::string cancel_reason_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kettle::server

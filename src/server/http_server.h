@@ -1,0 +1,72 @@
+// HttpServer: the OpenAI-compatible HTTP front (cpp-httplib). Handler threads
+// turn requests into Jobs for the EngineWorker and relay its events as JSON or
+// server-sent events; shutdown() drains in-flight requests before stopping.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "engine/sampler.h"
+#include "server/engine_worker.h"
+#include "server/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kettle::server {
+
+struct ServerConfig {
+  std::string model_id;            // the folder name, reported by /v1/models
+  int64_t context_length = 0;      // max_position_embeddings
+  int64_t default_max_tokens = 512;
+  SamplingParams sampling;         // defaults for unset request fields
+  size_t max_body_bytes = 8u << 20;
+};
+
+class HttpServer {
+ public:
+  // tokenizer and chat_template must outlive the server; chat_template may be null
+  // (then /v1/chat/completions answers 400).
+  HttpServer(ServerConfig config, const Tokenizer& tokenizer, const ChatTemplate* chat_template, EngineWorker& engine);
+  ~HttpServer();
+
+  // Binds (throws kettle::Error naming host:port on failure); then listen() blocks until shutdown().
+  void bind(const std::string& host, int port);
+  int port() const { return port_; }
+  void listen();
+  // Refuses new generations, waits up to drain_seconds for the in-flight ones,
+  // cancels what is left with an error event, then stops the listener.
+  void shutdown(double drain_seconds);
+
+ private:
+  void routes();
+  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::vector<int32_t> prompt_ids(const CompletionParams& params);
+  void reply_error(httplib::Response& res, const ApiError& error);
+  void request_began();
+  void request_ended();
+
+  ServerConfig config_;
+  const Tokenizer& tokenizer_;
+  const ChatTemplate* chat_template_;
+  EngineWorker& engine_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+  std::mutex prompt_mutex_;  // render + encode, from any handler thread
+  std::mutex active_mutex_;
+  std::condition_variable active_changed_;
+  int active_ = 0;  // generations whose response is not finished
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace kettle::server

@@ -1,0 +1,184 @@
+// `kettle serve` end to end with the official `openai` client: the real binary
+// on a free loopback port with the bundled demo model. Greedy output must equal
+// `kettle generate --json` for the same prompt; streaming, stop strings, limits,
+// errors, client cancellation and SIGTERM draining are checked over the wire.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const kettle = process.env.KETTLE_BIN ?? resolve(testsDir, '../build/kettle');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once('error', rej);
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)); });
+  });
+}
+
+// Starts `kettle serve` (no model: the demo model) and waits for /health.
+async function startServer() {
+  const port = await freePort();
+  const proc = spawn(kettle, ['serve', '--port', String(port), '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const server = { proc, port, stderr: '', exited: null, base: `http://127.0.0.1:${port}` };
+  proc.stderr.on('data', (d) => { server.stderr += d; });
+  server.exit = new Promise((r) => proc.on('exit', (code, signal) => { server.exited = { code, signal }; r(server.exited); }));
+  for (let i = 0; i < 100 && !server.exited; i++) {
+    try { if ((await fetch(`${server.base}/health`)).ok) return server; } catch { /* not up yet */ }
+    await sleep(100);
+  }
+  throw new Error(`kettle serve did not come up: ${server.stderr}`);
+}
+
+function stop(server) {
+  if (server && !server.exited) server.proc.kill('SIGKILL');
+}
+
+let server;
+let client;
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'x', maxRetries: 0, timeout: 30000 });
+});
+after(() => stop(server));
+
+const question = 'What is a kettle?';
+
+function generateJson(args) {
+  return JSON.parse(execFileSync(kettle, ['generate', ...args, '--temp', '0', '--json'], { encoding: 'utf8' }));
+}
+
+test('health and the model list', async () => {
+  assert.deepEqual(await (await fetch(`${server.base}/health`)).json(), { status: 'ok' });
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['kettle-demo']);
+});
+
+test('greedy chat equals `kettle generate --chat`, with matching usage', async () => {
+  const reference = generateJson(['--chat', question, '--max-tokens', '24']);
+  const r = await client.chat.completions.create({
+    model: 'kettle-demo', messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 24, seed: 1,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.equal(r.choices[0].message.content, reference.text);
+  assert.equal(r.choices[0].finish_reason, reference.finish_reason);
+  assert.equal(r.usage.prompt_tokens, reference.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, reference.completion_tokens);
+  assert.equal(r.usage.total_tokens, reference.prompt_tokens + reference.completion_tokens);
+});
+
+test('streamed chat concatenates to the non-streamed text; include_usage adds a usage chunk', async () => {
+  const body = { messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 24 };
+  const full = await client.chat.completions.create(body);
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+  const text = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
+  assert.equal(text, full.choices[0].message.content);
+  const withChoice = chunks.filter((c) => c.choices.length > 0);
+  assert.equal(withChoice.at(-1).choices[0].finish_reason, full.choices[0].finish_reason);
+  assert.ok(withChoice.slice(0, -1).every((c) => c.choices[0].finish_reason === null));
+  assert.equal(chunks.at(-1).choices.length, 0);
+  assert.deepEqual(chunks.at(-1).usage, full.usage);
+});
+
+test('completions encode the prompt with special tokens, like `kettle generate --prompt`', async () => {
+  const prompt = 'Once upon a time';
+  const reference = generateJson(['--prompt', prompt, '--max-tokens', '16']);
+  const r = await client.completions.create({ model: 'default', prompt, temperature: 0, max_tokens: 16 });
+  assert.equal(r.choices[0].text, reference.text);
+  assert.equal(r.usage.prompt_tokens, reference.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, reference.completion_tokens);
+  const stream = await client.completions.create({ prompt, temperature: 0, max_tokens: 16, stream: true });
+  let text = '';
+  let finish = null;
+  for await (const c of stream) { text += c.choices[0].text; finish = c.choices[0].finish_reason ?? finish; }
+  assert.equal(text, reference.text);
+  assert.equal(finish, r.choices[0].finish_reason);
+});
+
+test('max_tokens ends with finish_reason length; a stop string ends before it with stop', async () => {
+  const prompt = 'Once upon a time';
+  const long = await client.completions.create({ prompt, temperature: 0, max_tokens: 40, ignore_eos: true });
+  assert.equal(long.choices[0].finish_reason, 'length');
+  assert.equal(long.usage.completion_tokens, 40);
+  const text = long.choices[0].text;
+  assert.ok(text.length > 8, text);
+  const stopAt = text.slice(4, 7);  // a substring the greedy continuation is known to contain
+  const first = text.indexOf(stopAt);
+  const r = await client.completions.create({ prompt, temperature: 0, max_tokens: 40, ignore_eos: true, stop: [stopAt, 'zzzzqq'] });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.equal(r.choices[0].text, text.slice(0, first));
+  const chat = await client.chat.completions.create({
+    messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 3, ignore_eos: true,
+  });
+  assert.equal(chat.choices[0].finish_reason, 'length');
+  assert.equal(chat.usage.completion_tokens, 3);
+});
+
+test('errors: malformed JSON 400, wrong field type 400 naming it, missing messages 400, unknown model 404, too long 400', async () => {
+  const post = (path, body) => fetch(`${server.base}/v1/${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  let res = await post('chat/completions', '{"messages": [');
+  assert.equal(res.status, 400);
+  assert.equal((await res.json()).error.type, 'invalid_request_error');
+  res = await post('chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], temperature: 'hot' }));
+  assert.equal(res.status, 400);
+  assert.equal((await res.json()).error.param, 'temperature');
+  res = await post('chat/completions', JSON.stringify({ model: 'kettle-demo' }));
+  assert.equal(res.status, 400);
+  assert.equal((await res.json()).error.param, 'messages');
+  res = await post('completions', JSON.stringify({ prompt: 'hi', max_tokens: 100000 }));
+  assert.equal(res.status, 400);
+  await assert.rejects(client.chat.completions.create({ model: 'gpt-4', messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => e.status === 404 && e.error?.code === 'model_not_found');
+  res = await post('completions', 'x'.repeat(9 << 20));
+  assert.equal(res.status, 413);
+  assert.equal((await (await fetch(`${server.base}/health`)).json()).status, 'ok');
+});
+
+test('aborting a stream cancels its generation; the server answers the next request', async () => {
+  const controller = new AbortController();
+  const stream = await client.completions.create(
+    { prompt: 'Once upon a time', max_tokens: 2000, ignore_eos: true, stream: true }, { signal: controller.signal });
+  let seen = 0;
+  try {
+    for await (const c of stream) {
+      if (c.choices[0].text && ++seen === 3) { controller.abort(); break; }
+    }
+  } catch { /* the client may report the abort as an error */ }
+  assert.equal(seen, 3);
+  for (let i = 0; i < 50 && !/generation cancelled/.test(server.stderr); i++) await sleep(100);
+  assert.match(server.stderr, /generation cancelled/);
+  const r = await client.completions.create({ prompt: 'Hello', max_tokens: 4, temperature: 0 });
+  assert.ok(r.choices[0].text.length > 0 || r.choices[0].finish_reason === 'stop');
+});
+
+test('SIGTERM during a stream: the stream ends and the process exits 0', async () => {
+  const own = await startServer();
+  try {
+    const c = new OpenAI({ baseURL: `${own.base}/v1`, apiKey: 'x', maxRetries: 0 });
+    const stream = await c.completions.create({ prompt: 'Once upon a time', max_tokens: 600, ignore_eos: true, stream: true });
+    let chunks = 0;
+    let signalled = false;
+    try {
+      for await (const ch of stream) {
+        chunks++;
+        if (!signalled && ch.choices[0].text) { signalled = true; own.proc.kill('SIGTERM'); }
+      }
+    } catch { /* a cut stream is an ended stream too */ }
+    assert.ok(signalled && chunks > 1);
+    const exit = await Promise.race([own.exit, sleep(20000).then(() => 'timeout')]);
+    assert.deepEqual(exit, { code: 0, signal: null });
+  } finally {
+    stop(own);
+  }
+});
