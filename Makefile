@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 MODEL ?= models/kettle-demo
 CHAT ?= What does kettle mean?
 
-.PHONY: all deps configure build test run bench clean format
+.PHONY: all deps configure build test run ask bench clean format
 
 all: build
 
@@ -21,14 +21,20 @@ build: configure
 
 # Every test: unit, golden parity with transformers, the CLI on real files (ctest),
 # then the end-to-end tests against reference implementations (Node's test runner,
-# test-only npm packages pinned in tests/package-lock.json).
+# test-only npm packages pinned in tests/package-lock.json), then the chat page in
+# Debian's headless Chromium (tests/browser/).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd tests && npm ci --no-audit --no-fund --loglevel=error
 	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test e2e/
+	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test browser/
 
-# The main job for now: the bundled demo model answers one chat message.
+# The main job: serve the bundled demo model; open the printed URL for the chat page.
 run: build
+	$(BUILD)/kettle serve $(MODEL)
+
+# One chat message answered on the terminal, no server.
+ask: build
 	$(BUILD)/kettle generate --model $(MODEL) --chat "$(CHAT)" --max-tokens 96
 
 bench: build

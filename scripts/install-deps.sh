@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
   libgtest-dev libpcre2-dev libicu-dev libcpp-httplib-dev
+  chromium  # the browser test of the chat page (tests/browser/)
 )
 # The end-to-end tests run under Node's test runner; a machine that already has a
 # node and npm (from any source) keeps them, a bare Debian gets Debian's.

@@ -1,4 +1,4 @@
-// Routes: /health, /v1/models, /v1/chat/completions, /v1/completions. A
+// Routes: / (the built-in chat page), /health, /v1/models, /v1/chat/completions, /v1/completions. A
 // streaming response is a chunked content provider that pops engine events;
 // a failed write (the client went away) cancels the generation.
 #include "server/http_server.h"
@@ -11,6 +11,7 @@
 
 #include "util/error.h"
 #include "util/log.h"
+#include "web_assets.h"  // generated from web/index.html (cmake/embed_file.cmake)
 
 namespace kettle::server {
 namespace {
@@ -81,6 +82,9 @@ void HttpServer::routes() {
     }
     res.status = 500;
     res.set_content(error_body(ApiError(500, message)), "application/json");
+  });
+  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(web::kIndexHtml.data(), web::kIndexHtml.size(), "text/html; charset=utf-8");
   });
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
