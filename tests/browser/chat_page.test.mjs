@@ -4,39 +4,13 @@
 // model shown, the conversation restored after a reload, and Stop mid-stream.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
-const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const kettle = process.env.KETTLE_BIN ?? resolve(testsDir, '../build/kettle');
+import { sleep, startServer, stopServer } from '../support/kettle_server.mjs';
+
 const chromiumPath = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)); });
-  });
-}
-
-// Starts `kettle serve` (no model: the demo model) and waits for /health.
-async function startServer() {
-  const port = await freePort();
-  const proc = spawn(kettle, ['serve', '--port', String(port), '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const server = { proc, port, stderr: '', exited: null, base: `http://127.0.0.1:${port}` };
-  proc.stderr.on('data', (d) => { server.stderr += d; });
-  proc.on('exit', (code, signal) => { server.exited = { code, signal }; });
-  for (let i = 0; i < 100 && !server.exited; i++) {
-    try { if ((await fetch(`${server.base}/health`)).ok) return server; } catch { /* not up yet */ }
-    await sleep(100);
-  }
-  throw new Error(`kettle serve did not come up: ${server.stderr}`);
-}
 
 let server;
 let browser;
@@ -54,7 +28,7 @@ before(async () => {
 });
 after(async () => {
   await browser?.close().catch(() => {});
-  if (server && !server.exited) server.proc.kill('SIGKILL');
+  stopServer(server);
 });
 
 const idle = () => page.waitForSelector('body[data-state="idle"]', { state: 'attached', timeout: 60000 });

@@ -4,41 +4,11 @@
 // errors, client cancellation and SIGTERM draining are checked over the wire.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
-import { dirname, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
 
-const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const kettle = process.env.KETTLE_BIN ?? resolve(testsDir, '../build/kettle');
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+import { kettle, sleep, startServer, stopServer } from '../support/kettle_server.mjs';
 
-function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)); });
-  });
-}
-
-// Starts `kettle serve` (no model: the demo model) and waits for /health.
-async function startServer() {
-  const port = await freePort();
-  const proc = spawn(kettle, ['serve', '--port', String(port), '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const server = { proc, port, stderr: '', exited: null, base: `http://127.0.0.1:${port}` };
-  proc.stderr.on('data', (d) => { server.stderr += d; });
-  server.exit = new Promise((r) => proc.on('exit', (code, signal) => { server.exited = { code, signal }; r(server.exited); }));
-  for (let i = 0; i < 100 && !server.exited; i++) {
-    try { if ((await fetch(`${server.base}/health`)).ok) return server; } catch { /* not up yet */ }
-    await sleep(100);
-  }
-  throw new Error(`kettle serve did not come up: ${server.stderr}`);
-}
-
-function stop(server) {
-  if (server && !server.exited) server.proc.kill('SIGKILL');
-}
 
 let server;
 let client;
@@ -46,7 +16,7 @@ before(async () => {
   server = await startServer();
   client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'x', maxRetries: 0, timeout: 30000 });
 });
-after(() => stop(server));
+after(() => stopServer(server));
 
 const question = 'What is a kettle?';
 
@@ -179,6 +149,6 @@ test('SIGTERM during a stream: the stream ends and the process exits 0', async (
     const exit = await Promise.race([own.exit, sleep(20000).then(() => 'timeout')]);
     assert.deepEqual(exit, { code: 0, signal: null });
   } finally {
-    stop(own);
+    stopServer(own);
   }
 });
