@@ -30,28 +30,17 @@ struct GenerateFlags {
   std::string tokenizer;
   std::vector<std::string> vars;
   int64_t max_tokens = 128;
-  float temperature = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
+  SamplingOptions sampling;
   uint64_t seed = 0;
   bool json = false;
   bool ignore_eos = false;
   std::string dump_logits;
   ThreadOption threads;
-  CLI::Option* temperature_opt = nullptr;
-  CLI::Option* top_k_opt = nullptr;
-  CLI::Option* top_p_opt = nullptr;
-  CLI::Option* min_p_opt = nullptr;
   CLI::Option* seed_opt = nullptr;
 };
 
 SamplingParams sampling_from(const GenerateFlags& f, const GenerationDefaults& defaults) {
-  SamplingParams p = default_sampling(defaults);
-  if (f.temperature_opt->count()) p.temperature = f.temperature;
-  if (f.top_k_opt->count()) p.top_k = f.top_k;
-  if (f.top_p_opt->count()) p.top_p = f.top_p;
-  if (f.min_p_opt->count()) p.min_p = f.min_p;
+  SamplingParams p = f.sampling.resolve(defaults);
   p.seed = f.seed_opt->count() ? f.seed : std::random_device{}();
   return p;
 }
@@ -165,15 +154,7 @@ Action register_generate(CLI::App& app) {
   app.add_option("--tokenizer", f->tokenizer, "tokenizer.json / tokenizer_config.json folder (default: the model folder)");
   app.add_option("--var", f->vars, "chat-template variable k=v (JSON value or string), e.g. enable_thinking=false");
   app.add_option("-n,--max-tokens", f->max_tokens, "most tokens to generate")->check(CLI::PositiveNumber)->capture_default_str();
-  f->temperature_opt = app.add_option("--temp,--temperature", f->temperature,
-                                      "sampling temperature, 0 = greedy (default: generation_config.json, else greedy)")
-                           ->check(CLI::NonNegativeNumber);
-  f->top_k_opt = app.add_option("--top-k", f->top_k, "keep the k most likely tokens, 0 = off (default: generation_config.json, else 50)")
-                     ->check(CLI::NonNegativeNumber);
-  f->top_p_opt = app.add_option("--top-p", f->top_p, "nucleus sampling mass, 1 = off (default: generation_config.json, else 1)")
-                     ->check(CLI::Range(0.0f, 1.0f));
-  f->min_p_opt = app.add_option("--min-p", f->min_p, "drop tokens below min_p × the top probability, 0 = off (default: 0)")
-                     ->check(CLI::Range(0.0f, 1.0f));
+  f->sampling.add_to(app);
   f->seed_opt = app.add_option("--seed", f->seed, "random seed; the same seed reproduces a sampled run (default: random)");
   app.add_flag("--json", f->json, "print one JSON object (token_ids, prompt_tokens, completion_tokens, timings)");
   app.add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");

@@ -59,14 +59,9 @@ struct ServeFlags {
   std::string host = "127.0.0.1";
   int port = 8080;
   int64_t max_tokens = 512;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  int top_k = 0;
+  SamplingOptions sampling;  // the defaults of requests that give none
   bool no_open = false;
   ThreadOption threads;
-  CLI::Option* temperature_opt = nullptr;
-  CLI::Option* top_p_opt = nullptr;
-  CLI::Option* top_k_opt = nullptr;
 };
 
 std::string model_id(const std::string& folder) {
@@ -98,10 +93,7 @@ int run_serve(const ServeFlags& flags) {
   config.model_id = model_id(folder);
   config.context_length = model.spec.max_position_embeddings;
   config.default_max_tokens = flags.max_tokens;
-  config.sampling = default_sampling(model.generation);
-  if (flags.temperature_opt->count()) config.sampling.temperature = flags.temperature;
-  if (flags.top_p_opt->count()) config.sampling.top_p = flags.top_p;
-  if (flags.top_k_opt->count()) config.sampling.top_k = flags.top_k;
+  config.sampling = flags.sampling.resolve(model.generation);
 
   server::EngineWorker engine(model, tokenizer, flags.threads.resolve());
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
@@ -135,13 +127,7 @@ Action register_serve(CLI::App& app) {
   app.add_option("--max-tokens", f->max_tokens, "tokens generated when a request gives no max_tokens")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  f->temperature_opt = app.add_option("--temp,--temperature", f->temperature,
-                                      "default sampling temperature (default: generation_config.json, else greedy)")
-                           ->check(CLI::NonNegativeNumber);
-  f->top_p_opt = app.add_option("--top-p", f->top_p, "default nucleus mass (default: generation_config.json)")
-                     ->check(CLI::Range(0.0f, 1.0f));
-  f->top_k_opt = app.add_option("--top-k", f->top_k, "default top-k, 0 = off (default: generation_config.json)")
-                     ->check(CLI::NonNegativeNumber);
+  f->sampling.add_to(app);
   app.add_flag("--no-open", f->no_open, "do not open a browser (kettle opens none yet)");
   f->threads.add_to(app);
   return [f] { return run_serve(*f); };

@@ -50,6 +50,27 @@ std::string model_or_default(const std::string& model) {
   return default_model_dir();
 }
 
+void SamplingOptions::add_to(CLI::App& app) {
+  temperature_opt_ = app.add_option("--temp,--temperature", temperature,
+                                    "sampling temperature, 0 = greedy (default: generation_config.json, else greedy)")
+                         ->check(CLI::NonNegativeNumber);
+  top_k_opt_ = app.add_option("--top-k", top_k, "keep the k most likely tokens, 0 = off (default: generation_config.json, else 50)")
+                   ->check(CLI::NonNegativeNumber);
+  top_p_opt_ = app.add_option("--top-p", top_p, "nucleus sampling mass, 1 = off (default: generation_config.json, else 1)")
+                   ->check(CLI::Range(0.0f, 1.0f));
+  min_p_opt_ = app.add_option("--min-p", min_p, "drop tokens below min_p × the top probability, 0 = off (default: 0)")
+                   ->check(CLI::Range(0.0f, 1.0f));
+}
+
+SamplingParams SamplingOptions::resolve(const GenerationDefaults& defaults) const {
+  SamplingParams p = default_sampling(defaults);
+  if (temperature_opt_->count()) p.temperature = temperature;
+  if (top_k_opt_->count()) p.top_k = top_k;
+  if (top_p_opt_->count()) p.top_p = top_p;
+  if (min_p_opt_->count()) p.min_p = min_p;
+  return p;
+}
+
 void ThreadOption::add_to(CLI::App& app) {
   app.add_option("-t,--threads", threads, "CPU threads (0: one per available core)")
       ->check(CLI::NonNegativeNumber)

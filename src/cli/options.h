@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/generator.h"
+
 namespace kettle::cli {
 
 // "1,2,3" (spaces allowed) → ids; an error names the flag and the bad item.
@@ -23,6 +25,23 @@ nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars)
 std::string default_model_dir();
 // `model` when given, else the default model (saying so on the terminal).
 std::string model_or_default(const std::string& model);
+
+// --temp/--top-k/--top-p/--min-p: each overrides generation_config.json's default only when given.
+struct SamplingOptions {
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  void add_to(CLI::App& app);
+  // The model's defaults (as transformers applies them) with the given flags on top.
+  SamplingParams resolve(const GenerationDefaults& defaults) const;
+
+ private:
+  CLI::Option* temperature_opt_ = nullptr;
+  CLI::Option* top_k_opt_ = nullptr;
+  CLI::Option* top_p_opt_ = nullptr;
+  CLI::Option* min_p_opt_ = nullptr;
+};
 
 struct ThreadOption {
   int threads = 0;  // 0: all cores
