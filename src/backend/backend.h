@@ -41,6 +41,14 @@ struct MoeParams {
   Activation act = Activation::kSilu;
 };
 
+// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias).
+struct MatmulTarget {
+  const Tensor* w;
+  const Tensor* bias;  // or nullptr
+  float* out;
+  int64_t ldo;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -51,12 +59,6 @@ class Backend {
                       float* out, int64_t ldo) = 0;
 
   // Several weights on the same x in one pass (q/k/v, gate/up): targets[i].out = x · targets[i].wᵀ.
-  struct MatmulTarget {
-    const Tensor* w;
-    const Tensor* bias;  // or nullptr
-    float* out;
-    int64_t ldo;
-  };
   virtual void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) = 0;
 
   // out[n, dim] = table[ids[i], :] * scale

@@ -93,7 +93,7 @@ void Transformer::attention_block(int64_t layer, int64_t n, KvCache& kv) {
       std::copy_n(row + qs + kvs, kvs, v_rows + t * kvs);
     }
   } else {
-    const Backend::MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), q_.data(), qs},
+    const MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), q_.data(), qs},
                                          {&w.k, optional(w.k_bias), k_rows, kvs},
                                          {&w.v, optional(w.v_bias), v_rows, kvs}};
     backend_.matmul_many(normed_.data(), n, h, qkv, 3);
@@ -132,7 +132,7 @@ void Transformer::mlp_block(int64_t layer, int64_t n) {
     if (!w.gate_up.empty()) {
       backend_.matmul(normed_.data(), n, h, w.gate_up, nullptr, mlp_.data(), width);
     } else {
-      const Backend::MatmulTarget gate_up[] = {{&w.gate, optional(w.gate_bias), mlp_.data(), width},
+      const MatmulTarget gate_up[] = {{&w.gate, optional(w.gate_bias), mlp_.data(), width},
                                                {&w.up, optional(w.up_bias), mlp_.data() + inter, width}};
       backend_.matmul_many(normed_.data(), n, h, gate_up, 2);
     }

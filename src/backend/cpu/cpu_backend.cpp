@@ -20,9 +20,7 @@ class CpuBackend final : public Backend {
     cpu_matmul(pool_, x, n, ldx, w, bias, out, ldo);
   }
   void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) override {
-    std::vector<kettle::MatmulTarget> group;
-    for (int i = 0; i < count; ++i) group.push_back({targets[i].w, targets[i].bias, targets[i].out, targets[i].ldo});
-    cpu_matmul_many(pool_, x, n, ldx, group.data(), count);
+    cpu_matmul_many(pool_, x, n, ldx, targets, count);
   }
   void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
     cpu::embed(pool_, ids, n, table, scale, out);

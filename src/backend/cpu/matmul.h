@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "tensor/tensor.h"
 #include "util/thread_pool.h"
 
@@ -33,14 +34,6 @@ void cpu_matmul(ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const 
 // must be available.
 void cpu_matmul_on(MatmulPath path, ThreadPool& pool, const float* x, int64_t n, int64_t ldx, const Tensor& w,
                    const Tensor* bias, float* out, int64_t ldo);
-
-// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias).
-struct MatmulTarget {
-  const Tensor* w;
-  const Tensor* bias;
-  float* out;
-  int64_t ldo;
-};
 
 // Several weights applied to the same x in one pass over the pool (q/k/v, gate/up): the
 // rows of all of them are split over the threads together, so small weights cost no
