@@ -87,7 +87,9 @@ for (const [name, pieces, format] of CASES) {
     const generate = (extra) => JSON.parse(run(['generate', '--model', model.dir, '--max-tokens', '20', '--json', ...extra]));
 
     test('greedy generation after the chat prompt is the script, then <|im_end|>', () => {
-      for (const extra of [['--chat', 'hi'], ['--system', 'You are a weather bot.', '--chat', 'What is the weather in Paris?']]) {
+      // The margin (see scripted_model.mjs) holds at temperature 1 too: sampling cannot leave the script.
+      for (const extra of [['--chat', 'hi'], ['--system', 'You are a weather bot.', '--chat', 'What is the weather in Paris?'],
+        ['--chat', 'hi', '--temperature', '1', '--top-k', '0', '--seed', '7']]) {
         const out = generate(extra);
         assert.equal(out.text, model.text);
         assert.equal(out.finish_reason, 'stop');
@@ -145,9 +147,12 @@ for (const [name, pieces, format] of CASES) {
 }
 
 test('pieces are checked: distinct, non-empty, no chat markers, not inside the generation prompt', async () => {
-  const bad = [[], ['a', 'a'], [''], ['x<|im_end|>'], ['\n'], ['t\n'], ['ok', 42]];
-  for (const pieces of bad) {
-    await assert.rejects(writeScriptedModel(join(TMP, 'bad'), { pieces }), undefined, JSON.stringify(pieces));
+  const bad = [
+    [[], /non-empty array/], [['x', 'x'], /appears twice/], [[''], /non-empty string/], [['ok', 42], /non-empty string/],
+    [['x<|im_end|>'], /chat marker/], [['\n'], /generation prompt/], [['t\n'], /generation prompt/], [['sis'], /generation prompt/],
+  ];
+  for (const [pieces, why] of bad) {
+    await assert.rejects(writeScriptedModel(join(TMP, 'bad'), { pieces }), why, JSON.stringify(pieces));
   }
-  await assert.rejects(writeScriptedModel(join(TMP, 'bad'), { pieces: ['a'], format: 'nope' }), /format/);
+  await assert.rejects(writeScriptedModel(join(TMP, 'bad'), { pieces: ['x'], format: 'nope' }), /format/);
 });
