@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 MODEL ?= models/kettle-demo
 CHAT ?= What does kettle mean?
 
-.PHONY: all deps configure build test run ask bench clean format
+.PHONY: all deps configure build test fuzz run ask bench clean format
 
 all: build
 
@@ -22,12 +22,18 @@ build: configure
 # Every test: unit, golden parity with transformers, the CLI on real files (ctest),
 # then the end-to-end tests against reference implementations (Node's test runner,
 # test-only npm packages pinned in tests/package-lock.json), then the chat page in
-# Debian's headless Chromium (tests/browser/).
+# Debian's headless Chromium (tests/browser/), then a fuzz pass over the request parsers.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd tests && npm ci --no-audit --no-fund --loglevel=error
 	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test e2e/
 	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test browser/
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(BUILD)
+
+# The request-parser fuzz pass alone (libFuzzer + ASan/UBSan, Debian's clang); longer: make fuzz FUZZ_SECONDS=600
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(BUILD)
 
 # The main job: serve the bundled demo model; open the printed URL for the chat page.
 run: build

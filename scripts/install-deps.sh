@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
   libgtest-dev libpcre2-dev libicu-dev libcpp-httplib-dev
   chromium  # the browser test of the chat page (tests/browser/)
+  clang libclang-rt-14-dev  # libFuzzer for the request-parser fuzz pass (tests/fuzz/)
 )
 # The end-to-end tests run under Node's test runner; a machine that already has a
 # node and npm (from any source) keeps them, a bare Debian gets Debian's.

@@ -38,6 +38,9 @@ class ChatTemplate {
                      bool add_generation_prompt,
                      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
+  // The Jinja source rendered for a request with or without tools (what the model was taught to write).
+  std::string source(bool has_tools) const;
+
   // Names of the templates held ("" for a single unnamed one).
   std::vector<std::string> names() const;
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
@@ -46,6 +49,7 @@ class ChatTemplate {
   struct Compiled {
     std::string name;
     std::string origin;  // for error messages: the file (and template name)
+    std::string source;
     std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> body;
   };
   static Compiled compile(std::string name, std::string origin, const std::string& source);

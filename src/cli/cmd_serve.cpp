@@ -1,13 +1,15 @@
 // `kettle serve [model]` (also bare `kettle`): load the model, start the engine
-// thread and the OpenAI-compatible HTTP server; SIGINT/SIGTERM drain in-flight
-// requests (up to 10 s), then exit 0. Signals reach a watcher thread through a
+// thread and the HTTP server (OpenAI and Anthropic APIs, the chat page);
+// SIGINT/SIGTERM drain in-flight requests (--drain-timeout, 10 s), then exit 0. Signals reach a watcher thread through a
 // self-pipe (OpenBLAS starts threads before main, so a sigwait mask cannot cover all).
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -25,8 +27,6 @@
 
 namespace kettle::cli {
 namespace {
-
-constexpr double kDrainSeconds = 10.0;
 
 int g_signal_pipe[2] = {-1, -1};  // the self-pipe: written only by the signal handler
 
@@ -61,8 +61,30 @@ struct ServeFlags {
   int64_t max_tokens = 512;
   SamplingOptions sampling;  // the defaults of requests that give none
   bool no_open = false;
+  std::string thinking = "on";
+  int max_queue = 64;
+  double drain_seconds = 10.0;
   ThreadOption threads;
 };
+
+// Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
+void open_browser(const std::string& url) {
+  if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY")) return;
+  pid_t pid = fork();  // child forks the opener and exits at once, so no zombie is left behind
+  if (pid > 0) waitpid(pid, nullptr, 0);
+  if (pid == 0 && fork() != 0) _exit(0);
+  if (pid == 0) {
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, STDIN_FILENO);
+      dup2(devnull, STDOUT_FILENO);
+      dup2(devnull, STDERR_FILENO);
+    }
+    execlp("xdg-open", "xdg-open", url.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+}
 
 std::string model_id(const std::string& folder) {
   std::filesystem::path p = std::filesystem::path(folder).lexically_normal();
@@ -92,6 +114,9 @@ int run_serve(const ServeFlags& flags) {
   server::ServerConfig config;
   config.model_id = model_id(folder);
   config.context_length = model.spec.max_position_embeddings;
+  config.vocab_size = model.spec.vocab_size;
+  config.thinking = flags.thinking == "on";
+  config.max_queue = flags.max_queue;
   config.default_max_tokens = flags.max_tokens;
   config.sampling = flags.sampling.resolve(model.generation);
 
@@ -102,13 +127,15 @@ int run_serve(const ServeFlags& flags) {
   std::thread signal_thread([&] {
     int signal = wait_for_signal();
     if (signal == 0) return;  // the listener failed; nothing to drain
-    log::info("{}: finishing in-flight requests (up to {:.0f} s), then exiting", signal == SIGINT ? "SIGINT" : "SIGTERM",
-              kDrainSeconds);
-    http.shutdown(kDrainSeconds);
+    log::info("{}: finishing in-flight requests (up to {:.1f} s), then exiting", signal == SIGINT ? "SIGINT" : "SIGTERM",
+              flags.drain_seconds);
+    http.shutdown(flags.drain_seconds);
   });
-  std::printf("kettle serving %s (%s)\n  OpenAI API: http://%s:%d/v1\n", config.model_id.c_str(), folder.c_str(),
-              flags.host.c_str(), flags.port);
+  const std::string base = fmt::format("http://{}:{}", flags.host, flags.port);
+  std::printf("kettle serving %s (%s)\n  chat page:     %s/\n  OpenAI API:    %s/v1\n  Anthropic API: %s/v1/messages\n",
+              config.model_id.c_str(), folder.c_str(), base.c_str(), base.c_str(), base.c_str());
   std::fflush(stdout);
+  if (!flags.no_open) open_browser(base + "/");
   http.listen();
   if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);  // wakes the watcher when listen ended on its own
   signal_thread.join();
@@ -128,7 +155,17 @@ Action register_serve(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   f->sampling.add_to(app);
-  app.add_flag("--no-open", f->no_open, "do not open a browser (kettle opens none yet)");
+  app.add_flag("--no-open", f->no_open, "do not open the chat page in a browser (opened only when a desktop is there)");
+  app.add_option("--thinking", f->thinking, "enable_thinking for chat templates that read it, unless a request says")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--max-queue", f->max_queue, "requests that may wait for the engine; past it, 429")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--drain-timeout", f->drain_seconds,
+                 "seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   f->threads.add_to(app);
   return [f] { return run_serve(*f); };
 }

@@ -29,7 +29,12 @@ void EngineWorker::submit(Job job) {
       return;
     }
   }
-  job.channel->push({Event::Kind::kError, "the server is shutting down", "", 0, 0, {}});
+  job.channel->push(Event::error("the server is shutting down"));
+}
+
+EngineLoad EngineWorker::load() {
+  std::lock_guard lock(mutex_);
+  return {running_ ? 1 : 0, static_cast<int>(queue_.size())};
 }
 
 void EngineWorker::cancel_all(const std::string& reason) {
@@ -58,7 +63,7 @@ void EngineWorker::loop() {
       job = std::move(queue_.front());
       queue_.pop_front();
       if (stopping_) {
-        job.channel->push({Event::Kind::kError, "the server is shutting down", "", 0, 0, {}});
+        job.channel->push(Event::error("the server is shutting down"));
         continue;
       }
       running_ = job.channel;
@@ -67,7 +72,7 @@ void EngineWorker::loop() {
       run(job);
     } catch (const std::exception& e) {
       log::warn("request failed: {}", e.what());
-      job.channel->push({Event::Kind::kError, e.what(), "", 0, 0, {}});
+      job.channel->push(Event::error(e.what()));
     }
     std::lock_guard lock(mutex_);
     running_.reset();
@@ -76,6 +81,8 @@ void EngineWorker::loop() {
 
 void EngineWorker::run(Job& job) {
   EventChannel& channel = *job.channel;
+  const double queue_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - job.submitted).count();
   GenerationRequest request;
   request.prompt = job.prompt;
   request.max_tokens = job.max_tokens;
@@ -84,8 +91,11 @@ void EngineWorker::run(Job& job) {
 
   StreamDecoder decoder(tokenizer_);
   StopMatcher matcher(job.stop);
-  auto emit = [&](const std::string& text) {
-    if (!text.empty()) channel.push({Event::Kind::kText, text, "", 0, 0, {}});
+  auto emit = [&](std::string text) {
+    if (text.empty()) return;
+    Event e;
+    e.text = std::move(text);
+    channel.push(std::move(e));
   };
   auto on_token = [&](int32_t token) {
     if (matcher.stopped()) return;
@@ -102,18 +112,24 @@ void EngineWorker::run(Job& job) {
       reason = cancel_reason_.empty() ? "the client disconnected" : cancel_reason_;
     }
     log::info("generation cancelled after {} tokens: {}", result.tokens.size(), reason);
-    channel.push({Event::Kind::kError, "generation cancelled: " + reason, "", 0, 0, {}});
+    channel.push(Event::error("generation cancelled: " + reason));
     return;
   }
-  std::string finish_reason = result.finish_reason;
+  Event done;
+  done.kind = Event::Kind::kDone;
+  done.finish_reason = result.finish_reason;
   if (matcher.stopped()) {
-    finish_reason = "stop";
+    done.finish_reason = "stop";
+    done.stop_sequence = matcher.matched();
   } else {
     emit(matcher.push(decoder.finish()));
     emit(matcher.finish());
   }
-  Event done{Event::Kind::kDone, "", finish_reason, static_cast<int64_t>(job.prompt.size()),
-             static_cast<int64_t>(result.tokens.size()), result.tokens};
+  done.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+  done.completion_tokens = static_cast<int64_t>(result.tokens.size());
+  done.queue_seconds = queue_seconds;
+  done.prefill_seconds = result.prefill_ms / 1000.0;
+  done.decode_seconds = result.decode_ms / 1000.0;
   channel.push(std::move(done));
 }
 

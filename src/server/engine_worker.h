@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "server/metrics.h"
 #include "server/request_channel.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,6 +25,8 @@ class EngineWorker {
   ~EngineWorker();
 
   void submit(Job job);
+  // Generations running and waiting now.
+  EngineLoad load();
   // Cancels the running job (with an error event) and every queued one.
   void cancel_all(const std::string& reason);
   // Finishes the running job, fails the queued ones, joins the thread.

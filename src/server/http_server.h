@@ -1,4 +1,5 @@
-// HttpServer: the OpenAI-compatible HTTP front (cpp-httplib). Handler threads
+// HttpServer: the HTTP front (cpp-httplib) — OpenAI routes, the Anthropic
+// Messages route, /health, /stats, /metrics and the chat page. Handler threads
 // turn requests into Jobs for the EngineWorker and relay its events as JSON or
 // server-sent events; shutdown() drains in-flight requests before stopping.
 #pragma once
@@ -12,9 +13,12 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/output_parser.h"
 #include "engine/sampler.h"
+#include "server/completion_params.h"
 #include "server/engine_worker.h"
-#include "server/openai_protocol.h"
+#include "server/metrics.h"
+#include "server/response_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -28,15 +32,18 @@ namespace kettle::server {
 struct ServerConfig {
   std::string model_id;            // the folder name, reported by /v1/models
   int64_t context_length = 0;      // max_position_embeddings
+  int64_t vocab_size = 0;
   int64_t default_max_tokens = 512;
   SamplingParams sampling;         // defaults for unset request fields
+  bool thinking = true;            // enable_thinking for templates that read it, unless a request says
+  int max_queue = 64;              // generations waiting past this many: 429
   size_t max_body_bytes = 8u << 20;
 };
 
 class HttpServer {
  public:
   // tokenizer and chat_template must outlive the server; chat_template may be null
-  // (then /v1/chat/completions answers 400).
+  // (then the chat routes answer 400).
   HttpServer(ServerConfig config, const Tokenizer& tokenizer, const ChatTemplate* chat_template, EngineWorker& engine);
   ~HttpServer();
 
@@ -49,10 +56,16 @@ class HttpServer {
   void shutdown(double drain_seconds);
 
  private:
+  enum class Api { kChat, kCompletion, kMessages };
+  struct Prepared;  // a checked request, its prompt ids and how to read its output
+
   void routes();
-  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
-  std::vector<int32_t> prompt_ids(const CompletionParams& params);
-  void reply_error(httplib::Response& res, const ApiError& error);
+  void handle_generation(const httplib::Request& req, httplib::Response& res, Api api);
+  Prepared prepare(const httplib::Request& req, Api api);
+  std::unique_ptr<ResponseFormat> response_format(Api api, const CompletionParams& params) const;
+  void reply_whole(const httplib::Request& req, httplib::Response& res, Prepared& prepared);
+  void reply_stream(httplib::Response& res, Prepared prepared);
+  void reply_error(httplib::Response& res, Api api, const ApiError& error, const char* route);
   void request_began();
   void request_ended();
 
@@ -61,6 +74,7 @@ class HttpServer {
   const ChatTemplate* chat_template_;
   EngineWorker& engine_;
   std::unique_ptr<httplib::Server> http_;
+  Metrics metrics_;
   int port_ = 0;
   std::mutex prompt_mutex_;  // render + encode, from any handler thread
   std::mutex active_mutex_;

@@ -7,86 +7,52 @@
 
 #include <random>
 
+#include "server/request_fields.h"
+
 namespace kettle::server {
-
-using ordered_json = nlohmann::ordered_json;
-
-ApiError::ApiError(int status, std::string message, std::string param, std::string code)
-    : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
-
-std::string ApiError::type() const {
-  switch (status_) {
-    case 400: return "invalid_request_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    default: return status_ >= 500 ? "server_error" : "invalid_request_error";
-  }
-}
-
-std::string error_body(const ApiError& error) {
-  nlohmann::json body = {{"error",
-                          {{"message", error.what()},
-                           {"type", error.type()},
-                           {"param", error.param().empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param())},
-                           {"code", error.code().empty() ? nlohmann::json(nullptr) : nlohmann::json(error.code())}}}};
-  return body.dump();
-}
-
-ordered_json parse_body(const std::string& body) {
-  ordered_json json = ordered_json::parse(body, nullptr, false);
-  if (json.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
-  if (!json.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  return json;
-}
-
 namespace {
 
-[[noreturn]] void bad_field(const std::string& field, const std::string& expected) {
-  throw ApiError(400, fmt::format("'{}' must be {}", field, expected), field);
-}
-
-const ordered_json* field(const ordered_json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<double> number_field(const ordered_json& body, const char* name, double lo, double hi) {
-  const ordered_json* v = field(body, name);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) bad_field(name, "a number");
-  double x = v->get<double>();
-  if (!(x >= lo && x <= hi)) bad_field(name, fmt::format("between {} and {}", lo, hi));
-  return x;
-}
-
-std::optional<int64_t> int_field(const ordered_json& body, const char* name, int64_t lo) {
-  const ordered_json* v = field(body, name);
-  if (!v) return std::nullopt;
-  if (!v->is_number_integer()) bad_field(name, "an integer");
-  if (v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) : v->get<int64_t>() < lo)
-    bad_field(name, fmt::format("an integer >= {}", lo));
-  return v->get<int64_t>();
-}
-
-bool bool_field(const ordered_json& body, const char* name) {
-  const ordered_json* v = field(body, name);
-  if (!v) return false;
-  if (!v->is_boolean()) bad_field(name, "a boolean");
-  return v->get<bool>();
-}
+using json = nlohmann::ordered_json;  // keys in the order the API reference shows them
 
 std::string content_text(const ordered_json& content, const std::string& name) {
   if (content.is_null()) return "";
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) bad_field(name, "a string or an array of text parts");
   std::string text;
-  for (const ordered_json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-      bad_field(name, "a string or an array of {\"type\": \"text\", \"text\": ...} parts");
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ordered_json& part = content[i];
+    std::string part_name = fmt::format("{}[{}]", name, i);
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      bad_field(part_name, "an object with a 'type'");
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text")
+      throw ApiError(400, fmt::format("'{}' is a '{}' part; this model reads text only", part_name, type), part_name);
+    if (!part.contains("text") || !part["text"].is_string()) bad_field(part_name + ".text", "a string");
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// Chat templates expect tool-call arguments as an object (they apply tojson); OpenAI
+// clients send a JSON string. A string that is not a JSON object stays a string.
+ordered_json template_tool_calls(const ordered_json& calls, const std::string& name) {
+  if (!calls.is_array()) bad_field(name, "an array");
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ordered_json& call = calls[i];
+    std::string call_name = fmt::format("{}[{}]", name, i);
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+      bad_field(call_name, "an object with a 'function'");
+    ordered_json copy = call;
+    const ordered_json& fn = call["function"];
+    if (!fn.contains("name") || !fn["name"].is_string()) bad_field(call_name + ".function.name", "a string");
+    if (fn.contains("arguments") && fn["arguments"].is_string()) {
+      ordered_json parsed = ordered_json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      if (parsed.is_object()) copy["function"]["arguments"] = std::move(parsed);
+    }
+    out.push_back(std::move(copy));
+  }
+  return out;
 }
 
 ordered_json check_messages(const ordered_json& body) {
@@ -99,41 +65,117 @@ ordered_json check_messages(const ordered_json& body) {
     std::string name = fmt::format("messages[{}]", i);
     if (!m.is_object()) bad_field(name, "an object");
     if (!m.contains("role") || !m["role"].is_string()) bad_field(name + ".role", "a string");
-    ordered_json copy = m;  // keeps the client's other keys (name, tool_calls) for the template
+    ordered_json copy = m;  // keeps the client's other keys (name, tool_call_id) for the template
     copy["content"] = content_text(m.value("content", ordered_json()), name + ".content");
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
+      copy["tool_calls"] = template_tool_calls(m["tool_calls"], name + ".tool_calls");
     out.push_back(std::move(copy));
   }
   return out;
 }
 
-std::vector<std::string> check_stop(const ordered_json& body) {
-  const ordered_json* stop = field(body, "stop");
-  if (!stop) return {};
-  if (stop->is_string()) return {stop->get<std::string>()};
-  if (!stop->is_array() || stop->size() > 4) bad_field("stop", "a string or an array of up to 4 strings");
-  std::vector<std::string> out;
-  for (const ordered_json& s : *stop) {
-    if (!s.is_string()) bad_field("stop", "a string or an array of up to 4 strings");
-    out.push_back(s.get<std::string>());
+ordered_json check_tools(const ordered_json& body) {
+  const ordered_json* tools = field(body, "tools");
+  if (!tools) return nullptr;
+  if (!tools->is_array()) bad_field("tools", "an array of {\"type\": \"function\", \"function\": {...}}");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const ordered_json& t = (*tools)[i];
+    std::string name = fmt::format("tools[{}]", i);
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      bad_field(name, "{\"type\": \"function\", \"function\": {...}}");
+    if (!t["function"].contains("name") || !t["function"]["name"].is_string())
+      bad_field(name + ".function.name", "a string");
+  }
+  if (tools->empty()) return nullptr;
+  // tool_choice "none": the model answers in text, so the template is not shown the tools.
+  // "required" and named choices are accepted; kettle does not constrain decoding to them.
+  if (const ordered_json* choice = field(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") return nullptr;
+      if (c != "auto" && c != "required") bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
+    } else if (!choice->is_object()) {
+      bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
+    }
+  }
+  return *tools;
+}
+
+std::vector<std::pair<int32_t, float>> check_logit_bias(const ordered_json& body, int64_t vocab_size) {
+  const ordered_json* bias = field(body, "logit_bias");
+  if (!bias) return {};
+  if (!bias->is_object()) bad_field("logit_bias", "an object of token id → bias");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : bias->items()) {
+    std::string name = fmt::format("logit_bias.{}", key);
+    char* end = nullptr;
+    long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < 0 || id >= vocab_size)
+      throw ApiError(400, fmt::format("'logit_bias' key '{}' is not a token id in [0, {})", key, vocab_size),
+                     "logit_bias");
+    if (!value.is_number() || value.get<double>() < -100.0 || value.get<double>() > 100.0)
+      bad_field(name, "a number between -100 and 100");
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
   }
   return out;
 }
 
+void check_model(const ordered_json& body, const std::string& model_id) {
+  std::optional<std::string> name = string_field(body, "model");
+  if (name && *name != model_id && *name != "default")
+    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", *name, model_id), "model",
+                   "model_not_found");
+}
+
+void parse_sampling(const ordered_json& body, const RequestContext& ctx, CompletionParams& p) {
+  p.sampling = ctx.sampling;
+  if (auto t = number_field(body, "temperature", 0.0, 2.0)) p.sampling.temperature = static_cast<float>(*t);
+  if (auto t = number_field(body, "top_p", 0.0, 1.0)) p.sampling.top_p = static_cast<float>(*t);
+  if (auto k = int_field(body, "top_k", -1)) p.sampling.top_k = static_cast<int>(std::min<int64_t>(*k, 1 << 30));
+  if (auto m = number_field(body, "min_p", 0.0, 1.0)) p.sampling.min_p = static_cast<float>(*m);
+  if (auto s = int_field(body, "seed", INT64_MIN)) {
+    p.sampling.seed = static_cast<uint64_t>(*s);
+  } else {
+    p.sampling.seed = std::random_device{}();
+  }
+  if (auto x = number_field(body, "presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*x);
+  if (auto x = number_field(body, "frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*x);
+  if (auto x = number_field(body, "repetition_penalty", 0.01, 100.0)) p.repetition_penalty = static_cast<float>(*x);
+  p.logit_bias = check_logit_bias(body, ctx.vocab_size);
+}
+
+void parse_logprobs(const ordered_json& body, bool chat, CompletionParams& p) {
+  if (chat) {
+    const bool on = bool_field(body, "logprobs").value_or(false);
+    std::optional<int64_t> top = int_field(body, "top_logprobs", 0, 20);
+    if (top && !on) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (on) p.logprobs = static_cast<int>(top.value_or(0));
+  } else if (auto n = int_field(body, "logprobs", 0, 5)) {
+    p.logprobs = static_cast<int>(*n);
+  }
+}
+
+void parse_template_kwargs(const ordered_json& body, CompletionParams& p) {
+  if (const ordered_json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) bad_field("chat_template_kwargs", "an object");
+    p.template_vars = *kwargs;
+    if (kwargs->contains("enable_thinking")) {
+      if (!(*kwargs)["enable_thinking"].is_boolean()) bad_field("chat_template_kwargs.enable_thinking", "a boolean");
+      p.thinking = (*kwargs)["enable_thinking"].get<bool>();
+    }
+  }
+}
+
 }  // namespace
 
-CompletionParams parse_completion_request(const ordered_json& body, bool chat, const SamplingParams& defaults,
-                                          const std::string& model_id) {
-  if (const ordered_json* model = field(body, "model")) {
-    if (!model->is_string()) bad_field("model", "a string");
-    const std::string name = model->get<std::string>();
-    if (name != model_id && name != "default")
-      throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", name, model_id),
-                     "model", "model_not_found");
-  }
+CompletionParams parse_openai_request(const ordered_json& body, bool chat, const RequestContext& ctx) {
+  check_model(body, ctx.model_id);
   CompletionParams p;
   p.chat = chat;
   if (chat) {
     p.messages = check_messages(body);
+    p.tools = check_tools(body);
+    parse_template_kwargs(body, p);
   } else {
     const ordered_json* prompt = field(body, "prompt");
     if (!prompt) throw ApiError(400, "'prompt' is required", "prompt");
@@ -144,85 +186,188 @@ CompletionParams parse_completion_request(const ordered_json& body, bool chat, c
   p.max_tokens = int_field(body, "max_tokens", 1);
   if (auto n = int_field(body, "max_completion_tokens", 1)) p.max_tokens = n;
   if (auto n = int_field(body, "n", 1); n && *n != 1) bad_field("n", "1 (kettle returns one choice)");
-  p.sampling = defaults;
-  if (auto t = number_field(body, "temperature", 0.0, 2.0)) p.sampling.temperature = static_cast<float>(*t);
-  if (auto t = number_field(body, "top_p", 0.0, 1.0)) p.sampling.top_p = static_cast<float>(*t);
-  if (auto k = int_field(body, "top_k", -1)) p.sampling.top_k = static_cast<int>(std::min<int64_t>(*k, 1 << 30));
-  if (auto m = number_field(body, "min_p", 0.0, 1.0)) p.sampling.min_p = static_cast<float>(*m);
-  if (auto s = int_field(body, "seed", INT64_MIN)) {
-    p.sampling.seed = static_cast<uint64_t>(*s);
-  } else {
-    p.sampling.seed = std::random_device{}();
-  }
-  p.stop = check_stop(body);
-  p.stream = bool_field(body, "stream");
-  p.ignore_eos = bool_field(body, "ignore_eos");
+  parse_sampling(body, ctx, p);
+  parse_logprobs(body, chat, p);
+  p.stop = string_list_field(body, "stop", 4);
+  p.stream = bool_field(body, "stream").value_or(false);
+  p.ignore_eos = bool_field(body, "ignore_eos").value_or(false);
   if (const ordered_json* options = field(body, "stream_options")) {
     if (!options->is_object()) bad_field("stream_options", "an object");
-    p.include_usage = bool_field(*options, "include_usage");
+    p.include_usage = bool_field(*options, "include_usage").value_or(false);
   }
-  if (const ordered_json* user = field(body, "user"); user && !user->is_string()) bad_field("user", "a string");
+  string_field(body, "user");  // accepted (checked, then ignored)
   return p;
 }
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+std::string openai_error_body(const ApiError& error) {
+  std::string type = error.status() == 404   ? "not_found_error"
+                     : error.status() == 429 ? "rate_limit_error"
+                     : error.status() >= 500 ? "server_error"
+                                             : "invalid_request_error";
+  json body = {{"error",
+                {{"message", error.what()},
+                 {"type", type},
+                 {"param", error.param().empty() ? json(nullptr) : json(error.param())},
+                 {"code", error.code().empty() ? json(nullptr) : json(error.code())}}}};
+  return body.dump();
+}
+
+json openai_model_list(const std::string& model_id, int64_t created) {
+  json model = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "kettle"}};
+  return {{"object", "list"}, {"data", json::array({model})}};
 }
 
 namespace {
 
-nlohmann::json envelope(const ResponseMeta& meta, const char* chat_object, nlohmann::json choices) {
-  return {{"id", meta.id},
-          {"object", meta.chat ? chat_object : "text_completion"},
-          {"created", meta.created},
-          {"model", meta.model},
-          {"system_fingerprint", nullptr},
-          {"choices", std::move(choices)}};
+json usage_json(const TurnEnd& end) {
+  return {{"prompt_tokens", end.prompt_tokens},
+          {"completion_tokens", end.completion_tokens},
+          {"total_tokens", end.prompt_tokens + end.completion_tokens}};
 }
 
-nlohmann::json chunk_choice(const ResponseMeta& meta, nlohmann::json delta, const nlohmann::json& finish_reason) {
-  if (meta.chat)
-    return {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
-  return {{"index", 0}, {"text", delta.value("content", "")}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+json token_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+  return bytes;
 }
+
+json tool_call_json(const ToolCall& call, size_t index, bool with_index) {
+  json out = {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  if (with_index) out["index"] = index;
+  return out;
+}
+
+// Chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions: the legacy
+// {tokens, token_logprobs, top_logprobs, text_offset} arrays.
+class LogprobWriter {
+ public:
+  LogprobWriter(bool chat, int top) : chat_(chat), top_(top) {}
+
+  json write(const std::vector<TokenLogprob>& tokens) {
+    if (top_ < 0) return nullptr;
+    if (chat_) {
+      json content = json::array();
+      for (const TokenLogprob& t : tokens) {
+        json top = json::array();
+        for (const TopLogprob& alt : t.top)
+          top.push_back({{"token", alt.text}, {"logprob", alt.logprob}, {"bytes", token_bytes(alt.text)}});
+        content.push_back(
+            {{"token", t.text}, {"logprob", t.logprob}, {"bytes", token_bytes(t.text)}, {"top_logprobs", top}});
+      }
+      return {{"content", content}, {"refusal", nullptr}};
+    }
+    json texts = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (const TokenLogprob& t : tokens) {
+      texts.push_back(t.text);
+      lps.push_back(t.logprob);
+      json top = json::object();
+      for (const TopLogprob& alt : t.top) top[alt.text] = alt.logprob;
+      tops.push_back(top);
+      offsets.push_back(offset_);
+      offset_ += static_cast<int64_t>(t.text.size());
+    }
+    return {{"tokens", texts}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
+ private:
+  bool chat_;
+  int top_;
+  int64_t offset_ = 0;
+};
+
+class OpenAiFormat : public ResponseFormat {
+ public:
+  OpenAiFormat(ResponseMeta meta, const CompletionParams& params)
+      : meta_(std::move(meta)), chat_(params.chat), include_usage_(params.include_usage),
+        logprobs_(params.chat, params.logprobs) {}
+
+  std::string error_body(const ApiError& error) const override { return openai_error_body(error); }
+
+  std::string full_response(const Turn& turn, const TurnEnd& end) override {
+    json choice;
+    if (chat_) {
+      json message = {{"role", "assistant"},
+                      {"content", turn.content.empty() && !turn.tool_calls.empty() ? json(nullptr) : json(turn.content)}};
+      if (!turn.reasoning.empty()) message["reasoning_content"] = turn.reasoning;
+      if (!turn.tool_calls.empty()) {
+        message["tool_calls"] = json::array();
+        for (size_t i = 0; i < turn.tool_calls.size(); ++i)
+          message["tool_calls"].push_back(tool_call_json(turn.tool_calls[i], i, false));
+      }
+      choice = {{"index", 0}, {"message", message}};
+    } else {
+      choice = {{"index", 0}, {"text", turn.content}};
+    }
+    choice["logprobs"] = logprobs_.write(turn.logprobs);
+    choice["finish_reason"] = end.finish_reason;
+    json out = envelope(false, json::array({choice}));
+    out["usage"] = usage_json(end);
+    return out.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+
+  std::string stream_start(int64_t) override {
+    if (!chat_) return "";
+    return chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+  }
+
+  std::string stream_delta(const TurnDelta& delta) override {
+    std::string out;
+    json lp = logprobs_.write(delta.logprobs);
+    if (!chat_) return delta.content.empty() && delta.logprobs.empty() ? "" : chunk({{"content", delta.content}}, lp, nullptr);
+    if (!delta.reasoning.empty()) out += chunk({{"reasoning_content", delta.reasoning}}, nullptr, nullptr);
+    if (!delta.content.empty() || (!delta.logprobs.empty() && delta.tool_calls.empty()))
+      out += chunk({{"content", delta.content}}, lp, nullptr);
+    for (const ToolCall& call : delta.tool_calls)
+      out += chunk({{"tool_calls", json::array({tool_call_json(call, tool_calls_sent_++, true)})}}, nullptr, nullptr);
+    return out;
+  }
+
+  std::string stream_finish(const TurnEnd& end) override {
+    std::string out = chunk(json::object(), nullptr, end.finish_reason);
+    if (include_usage_) {
+      json usage = envelope(true, json::array());
+      usage["usage"] = usage_json(end);
+      out += sse(usage);
+    }
+    return out + "data: [DONE]\n\n";
+  }
+
+  std::string stream_error(const ApiError& error) override {
+    return "data: " + openai_error_body(error) + "\n\n";
+  }
+
+ private:
+  json envelope(bool chunk, json choices) const {
+    const char* object = !chat_ ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+    return {{"id", meta_.id},         {"object", object},        {"created", meta_.created},
+            {"model", meta_.model},   {"system_fingerprint", nullptr}, {"choices", std::move(choices)}};
+  }
+
+  std::string chunk(json delta, json logprobs, json finish_reason) const {
+    json choice = chat_ ? json{{"index", 0}, {"delta", std::move(delta)}}
+                        : json{{"index", 0}, {"text", delta.value("content", "")}};
+    choice["logprobs"] = std::move(logprobs);
+    choice["finish_reason"] = std::move(finish_reason);
+    json out = envelope(true, json::array({choice}));
+    if (include_usage_) out["usage"] = nullptr;
+    return sse(out);
+  }
+
+  static std::string sse(const json& data) {
+    return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  }
+
+  ResponseMeta meta_;
+  bool chat_;
+  bool include_usage_;
+  LogprobWriter logprobs_;
+  size_t tool_calls_sent_ = 0;
+};
 
 }  // namespace
 
-nlohmann::json full_response(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                             int64_t prompt_tokens, int64_t completion_tokens) {
-  nlohmann::json choice = meta.chat ? nlohmann::json{{"index", 0},
-                                                     {"message", {{"role", "assistant"}, {"content", text}}},
-                                                     {"logprobs", nullptr},
-                                                     {"finish_reason", finish_reason}}
-                                    : nlohmann::json{{"index", 0},
-                                                     {"text", text},
-                                                     {"logprobs", nullptr},
-                                                     {"finish_reason", finish_reason}};
-  nlohmann::json out = envelope(meta, "chat.completion", nlohmann::json::array({choice}));
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return out;
-}
-
-nlohmann::json role_chunk(const ResponseMeta& meta) {
-  return envelope(meta, "chat.completion.chunk",
-                  nlohmann::json::array({chunk_choice(meta, {{"role", "assistant"}, {"content", ""}}, nullptr)}));
-}
-
-nlohmann::json text_chunk(const ResponseMeta& meta, const std::string& text) {
-  return envelope(meta, "chat.completion.chunk", nlohmann::json::array({chunk_choice(meta, {{"content", text}}, nullptr)}));
-}
-
-nlohmann::json finish_chunk(const ResponseMeta& meta, const std::string& finish_reason) {
-  return envelope(meta, "chat.completion.chunk",
-                  nlohmann::json::array({chunk_choice(meta, nlohmann::json::object(), finish_reason)}));
-}
-
-nlohmann::json usage_chunk(const ResponseMeta& meta, int64_t prompt_tokens, int64_t completion_tokens) {
-  nlohmann::json out = envelope(meta, "chat.completion.chunk", nlohmann::json::array());
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return out;
+std::unique_ptr<ResponseFormat> make_openai_format(ResponseMeta meta, const CompletionParams& params) {
+  return std::make_unique<OpenAiFormat>(std::move(meta), params);
 }
 
 }  // namespace kettle::server

@@ -14,17 +14,29 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "server/turn.h"
 
 namespace kettle::server {
 
 struct Event {
   enum class Kind { kText, kDone, kError };
   Kind kind = Kind::kText;
-  std::string text;           // kText: a piece of output; kError: the message
-  std::string finish_reason;  // kDone: "stop" or "length"
-  int64_t prompt_tokens = 0;  // kDone
+  std::string text;                    // kText: a piece of output (may be empty); kError: the message
+  std::vector<TokenLogprob> logprobs;  // kText: the tokens behind it, when logprobs were asked for
+  std::string finish_reason;           // kDone: "stop" or "length"
+  std::string stop_sequence;           // kDone: the stop string that ended it, if one did
+  int64_t prompt_tokens = 0;           // kDone
   int64_t completion_tokens = 0;
-  std::vector<int32_t> token_ids;  // kDone: every sampled id
+  double queue_seconds = 0.0;          // kDone: waiting for the engine
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;         // after the first token
+
+  static Event error(std::string message) {
+    Event e;
+    e.kind = Kind::kError;
+    e.text = std::move(message);
+    return e;
+  }
 };
 
 // One producer (the engine), one consumer (an HTTP thread).
@@ -61,6 +73,8 @@ struct Job {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (the eos ids always stop)
   bool ignore_eos = false;
+  int logprobs = -1;              // -1: none; else alternatives per token
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
   std::shared_ptr<EventChannel> channel;
 };
 

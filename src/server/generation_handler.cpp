@@ -1,0 +1,254 @@
+// The generation routes (/v1/chat/completions, /v1/completions, /v1/messages):
+// check the request with its protocol's parser, render and tokenize the prompt,
+// admit it (or 429 when the queue is full), hand it to the engine, and relay
+// the engine's events through a TurnBuilder (reasoning and tool calls parsed
+// out) into the protocol's ResponseFormat — whole, or as server-sent events.
+// A client that goes away cancels its generation: a failed write while
+// streaming, a hang-up seen by ConnectionWatch while a whole response waits.
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "server/anthropic_protocol.h"
+#include "server/connection_watch.h"
+#include "server/http_server.h"
+#include "server/openai_protocol.h"
+#include "server/request_fields.h"
+#include "server/turn_builder.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle::server {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// nginx's "client closed request": recorded for generations whose client left.
+constexpr int kClientClosed = 499;
+
+struct HttpServer::Prepared {
+  Api api = Api::kChat;
+  const char* route = "";
+  CompletionParams params;
+  Job job;
+  OutputParserOptions parse;
+  std::unique_ptr<ResponseFormat> format;
+};
+
+namespace {
+
+const char* route_of(int api) {
+  static const char* const routes[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages"};
+  return routes[api];
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+// An assistant message last in the conversation is a prefix the model continues
+// (Anthropic's prefill, transformers' continue_final_message).
+bool continues_final_message(const nlohmann::ordered_json& messages) {
+  const auto& last = messages.back();
+  return last.value("role", "") == "assistant" && last.contains("content") && last["content"].is_string() &&
+         !last["content"].get<std::string>().empty() && !last.contains("tool_calls");
+}
+
+}  // namespace
+
+std::unique_ptr<ResponseFormat> HttpServer::response_format(Api api, const CompletionParams& params) const {
+  const auto created = static_cast<int64_t>(std::time(nullptr));
+  switch (api) {
+    case Api::kChat: return make_openai_format({random_id("chatcmpl-"), created, config_.model_id}, params);
+    case Api::kCompletion: return make_openai_format({random_id("cmpl-"), created, config_.model_id}, params);
+    case Api::kMessages: break;
+  }
+  return make_anthropic_format(random_id("msg_"), config_.model_id);
+}
+
+void HttpServer::reply_error(httplib::Response& res, Api api, const ApiError& error, const char* route) {
+  res.status = error.status();
+  res.set_content(api == Api::kMessages ? anthropic_error_body(error) : openai_error_body(error), "application/json");
+  if (error.status() == 429) res.set_header("Retry-After", "1");
+  metrics_.record_request(route, error.status());
+}
+
+HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
+  if (draining_) throw ApiError(503, "the server is shutting down");
+  Prepared p;
+  p.api = api;
+  p.route = route_of(static_cast<int>(api));
+  RequestContext ctx{config_.model_id, config_.vocab_size, config_.sampling};
+  nlohmann::ordered_json body = parse_body(req.body);
+  p.params = api == Api::kMessages ? parse_anthropic_request(body, ctx) : parse_openai_request(body, api == Api::kChat, ctx);
+  const CompletionParams& params = p.params;
+  const char* prompt_field = params.chat ? "messages" : "prompt";
+
+  {
+    std::lock_guard lock(prompt_mutex_);
+    if (!params.chat) {
+      p.job.prompt = tokenizer_.encode(params.prompt, true);
+    } else {
+      if (!chat_template_) throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
+      nlohmann::ordered_json vars = params.template_vars;
+      vars["enable_thinking"] = params.thinking.value_or(config_.thinking);
+      const bool has_tools = !params.tools.is_null();
+      std::string text;
+      try {
+        if (continues_final_message(params.messages)) {
+          // Rendered without a generation prompt, then cut right after the final message's text.
+          const std::string prefix = params.messages.back()["content"].get<std::string>();
+          text = chat_template_->render(params.messages, params.tools, false, vars);
+          size_t at = text.rfind(prefix);
+          if (at == std::string::npos)
+            throw ApiError(400, "the chat template does not show the final assistant message; it cannot be continued",
+                           "messages");
+          text.resize(at + prefix.size());
+        } else {
+          text = chat_template_->render(params.messages, params.tools, true, vars);
+        }
+      } catch (const Error& e) {
+        throw ApiError(e.http_status(), fmt::format("the chat template could not render the messages: {}", e.what()),
+                       "messages");
+      }
+      p.job.prompt = tokenizer_.encode(text, false);
+      p.parse.format = detect_output_format(chat_template_->source(has_tools));
+      p.parse.tools_requested = has_tools;
+      p.parse.starts_in_reasoning = p.parse.format.reasoning && prompt_opens_reasoning(text);
+    }
+  }
+  const auto n_prompt = static_cast<int64_t>(p.job.prompt.size());
+  if (n_prompt == 0) throw ApiError(400, "the prompt encodes to no tokens", prompt_field);
+  const int64_t room = config_.context_length - n_prompt;
+  if (params.max_tokens && *params.max_tokens > room)
+    throw ApiError(400,
+                   fmt::format("the prompt ({} tokens) plus max_tokens ({}) exceeds the model's context of {} tokens",
+                               n_prompt, *params.max_tokens, config_.context_length),
+                   "max_tokens", "context_length_exceeded");
+  if (room < 1)
+    throw ApiError(400, fmt::format("the prompt ({} tokens) fills the model's context of {} tokens", n_prompt,
+                                    config_.context_length),
+                   prompt_field, "context_length_exceeded");
+  if (engine_.load().queued >= config_.max_queue)
+    throw ApiError(429, fmt::format("the server is busy: {} requests are already waiting; retry shortly", config_.max_queue));
+
+  p.job.max_tokens = params.max_tokens.value_or(std::min(config_.default_max_tokens, room));
+  p.job.sampling = params.sampling;
+  p.job.stop = params.stop;
+  p.job.ignore_eos = params.ignore_eos;
+  p.job.logprobs = params.logprobs;
+  p.job.channel = std::make_shared<EventChannel>();
+  p.format = response_format(api, params);
+  return p;
+}
+
+void HttpServer::handle_generation(const httplib::Request& req, httplib::Response& res, Api api) {
+  Prepared prepared;
+  try {
+    prepared = prepare(req, api);
+  } catch (const ApiError& e) {
+    return reply_error(res, api, e, route_of(static_cast<int>(api)));
+  } catch (const Error& e) {
+    return reply_error(res, api, ApiError(e.http_status(), e.what()), route_of(static_cast<int>(api)));
+  }
+  request_began();
+  engine_.submit(prepared.job);  // the job keeps its channel; prepared keeps a reference to it
+  if (prepared.params.stream) return reply_stream(res, std::move(prepared));
+  reply_whole(req, res, prepared);
+  request_ended();
+}
+
+void HttpServer::reply_whole(const httplib::Request& req, httplib::Response& res, Prepared& p) {
+  EventChannel& channel = *p.job.channel;
+  TurnBuilder builder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_");
+  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  Turn turn;
+  auto next_check = Clock::now();
+  for (;;) {
+    if (Clock::now() >= next_check) {  // every 200 ms, whether or not tokens are flowing
+      if (!channel.cancelled() && watch.peer_closed()) channel.cancel();  // stop within one decode step
+      next_check = Clock::now() + 200ms;
+    }
+    std::optional<Event> e = channel.pop(200ms);
+    if (!e) continue;
+    if (e->kind == Event::Kind::kText) {
+      turn.add(builder.push(*e));
+    } else if (e->kind == Event::Kind::kDone) {
+      turn.add(builder.finish());
+      res.set_content(p.format->full_response(turn, builder.end(*e)), "application/json");
+      metrics_.record_request(p.route, 200);
+      metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
+                                 e->queue_seconds + e->prefill_seconds);
+      return;
+    } else {
+      const int status = draining_ ? 503 : channel.cancelled() ? kClientClosed : 500;
+      res.status = status;
+      res.set_content(p.format->error_body(ApiError(status, e->text)), "application/json");
+      metrics_.record_request(p.route, status);
+      return;
+    }
+  }
+}
+
+namespace {
+
+// State of one streamed response, shared by the provider calls and the releaser.
+struct Stream {
+  std::unique_ptr<ResponseFormat> format;
+  TurnBuilder builder;
+  std::shared_ptr<EventChannel> channel;
+  int64_t prompt_tokens = 0;
+  bool started = false;
+  bool finished = false;
+};
+
+}  // namespace
+
+void HttpServer::reply_stream(httplib::Response& res, Prepared p) {
+  auto stream = std::make_shared<Stream>(Stream{std::move(p.format), TurnBuilder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_"),
+                                                p.job.channel, static_cast<int64_t>(p.job.prompt.size())});
+  const char* route = p.route;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, stream, route](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          if (s.empty() || sink.write(s.data(), s.size())) return true;
+          stream->channel->cancel();  // the client went away: stop within one decode step
+          return false;
+        };
+        if (!stream->started) {
+          stream->started = true;
+          return write(stream->format->stream_start(stream->prompt_tokens));
+        }
+        std::optional<Event> e = stream->channel->pop(200ms);
+        if (!e) return true;
+        if (e->kind == Event::Kind::kText) return write(stream->format->stream_delta(stream->builder.push(*e)));
+        stream->finished = true;
+        if (e->kind == Event::Kind::kError) {
+          const int status = draining_ ? 503 : 500;
+          metrics_.record_request(route, stream->channel->cancelled() && !draining_ ? kClientClosed : status);
+          write(stream->format->stream_error(ApiError(status, e->text)));
+          sink.done();
+          return true;
+        }
+        std::string tail = stream->format->stream_delta(stream->builder.finish());
+        tail += stream->format->stream_finish(stream->builder.end(*e));
+        metrics_.record_request(route, 200);
+        metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
+                                   e->queue_seconds + e->prefill_seconds);
+        if (!write(tail)) return false;
+        sink.done();
+        return true;
+      },
+      [this, stream, route](bool) {
+        stream->channel->cancel();  // harmless once done; stops a generation whose response was abandoned
+        if (!stream->finished) metrics_.record_request(route, kClientClosed);
+        request_ended();
+      });
+}
+
+}  // namespace kettle::server

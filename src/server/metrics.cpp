@@ -1,0 +1,86 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace kettle::server {
+
+Metrics::Metrics() : started_(std::chrono::steady_clock::now()) {}
+
+void Metrics::record_request(const std::string& route, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{route, status}];
+}
+
+void Metrics::record_generation(int64_t prompt_tokens, int64_t completion_tokens, double prefill_seconds,
+                                double decode_seconds, double ttft_seconds) {
+  std::lock_guard lock(mutex_);
+  ++generations_;
+  prompt_tokens_ += prompt_tokens;
+  completion_tokens_ += completion_tokens;
+  prefill_seconds_ += prefill_seconds;
+  decode_seconds_ += decode_seconds;
+  ttft_sum_ += ttft_seconds;
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i)
+    if (ttft_seconds <= kTtftBuckets[i]) ++ttft_counts_[i];
+  // decode_seconds spans the tokens after the first
+  if (completion_tokens > 1 && decode_seconds > 0.0)
+    last_decode_tokens_per_second_ = static_cast<double>(completion_tokens - 1) / decode_seconds;
+}
+
+nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_id) const {
+  std::lock_guard lock(mutex_);
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  nlohmann::json by_status = nlohmann::json::object();
+  int64_t total = 0;
+  for (const auto& [key, count] : requests_) {
+    by_status[std::to_string(key.second)] = by_status.value(std::to_string(key.second), int64_t{0}) + count;
+    total += count;
+  }
+  return {{"model", model_id},
+          {"uptime_seconds", uptime},
+          {"requests", {{"running", load.running}, {"queued", load.queued}, {"total", total}, {"by_status", by_status}}},
+          {"generations", generations_},
+          {"tokens", {{"prompt", prompt_tokens_}, {"completion", completion_tokens_}}},
+          {"prefill_tokens_per_second", prefill_seconds_ > 0 ? static_cast<double>(prompt_tokens_) / prefill_seconds_ : 0.0},
+          {"decode_tokens_per_second", decode_seconds_ > 0 ? static_cast<double>(completion_tokens_ - generations_) / decode_seconds_ : 0.0},
+          {"last_decode_tokens_per_second", last_decode_tokens_per_second_},
+          {"mean_time_to_first_token_seconds", generations_ > 0 ? ttft_sum_ / static_cast<double>(generations_) : 0.0}};
+}
+
+std::string Metrics::prometheus(const EngineLoad& load, const std::string& model_id) const {
+  std::lock_guard lock(mutex_);
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const std::string model = fmt::format("model=\"{}\"", model_id);
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  metric("kettle_uptime_seconds", "gauge", "Seconds since the server started.");
+  out += fmt::format("kettle_uptime_seconds{{{}}} {:.3f}\n", model, uptime);
+  metric("kettle_requests_running", "gauge", "Generations running on the engine.");
+  out += fmt::format("kettle_requests_running{{{}}} {}\n", model, load.running);
+  metric("kettle_requests_queued", "gauge", "Generations waiting for the engine.");
+  out += fmt::format("kettle_requests_queued{{{}}} {}\n", model, load.queued);
+  metric("kettle_http_requests_total", "counter", "Finished generation requests by route and HTTP status.");
+  for (const auto& [key, count] : requests_)
+    out += fmt::format("kettle_http_requests_total{{{},route=\"{}\",status=\"{}\"}} {}\n", model, key.first,
+                       key.second, count);
+  metric("kettle_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
+  out += fmt::format("kettle_prompt_tokens_total{{{}}} {}\n", model, prompt_tokens_);
+  metric("kettle_generation_tokens_total", "counter", "Tokens generated.");
+  out += fmt::format("kettle_generation_tokens_total{{{}}} {}\n", model, completion_tokens_);
+  metric("kettle_prefill_seconds_total", "counter", "Seconds spent in prefill.");
+  out += fmt::format("kettle_prefill_seconds_total{{{}}} {:.6f}\n", model, prefill_seconds_);
+  metric("kettle_decode_seconds_total", "counter", "Seconds spent decoding after the first token.");
+  out += fmt::format("kettle_decode_seconds_total{{{}}} {:.6f}\n", model, decode_seconds_);
+  metric("kettle_time_to_first_token_seconds", "histogram", "Time from request to first generated token.");
+  for (size_t i = 0; i < kTtftBuckets.size(); ++i)
+    out += fmt::format("kettle_time_to_first_token_seconds_bucket{{{},le=\"{}\"}} {}\n", model, kTtftBuckets[i],
+                       ttft_counts_[i]);
+  out += fmt::format("kettle_time_to_first_token_seconds_bucket{{{},le=\"+Inf\"}} {}\n", model, generations_);
+  out += fmt::format("kettle_time_to_first_token_seconds_sum{{{}}} {:.6f}\n", model, ttft_sum_);
+  out += fmt::format("kettle_time_to_first_token_seconds_count{{{}}} {}\n", model, generations_);
+  return out;
+}
+
+}  // namespace kettle::server

@@ -1,0 +1,142 @@
+// Running `kettle serve` as an operator sees it: /stats and /metrics agree
+// with the usage the clients were told; browsers' CORS preflight; a full
+// queue answers 429 with Retry-After; a client that leaves a non-streaming
+// request cancels its generation; SIGTERM past --drain-timeout cancels the
+// in-flight stream with an error event and still exits 0.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+import { sleep, startServer, stopServer } from '../support/kettle_server.mjs';
+
+let server;
+let client;
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'x', maxRetries: 0, timeout: 30000 });
+});
+after(() => stopServer(server));
+
+const stats = async (s = server) => (await fetch(`${s.base}/stats`)).json();
+// One sample of a Prometheus text exposition: the value of `name{labels}`, summed over matching lines.
+function sample(text, name, labels = '') {
+  return text.split('\n').filter((l) => l.startsWith(name + '{') && l.includes(labels))
+    .reduce((sum, l) => sum + Number(l.split(' ').at(-1)), 0);
+}
+
+test('/stats and /metrics count what the clients were told', async () => {
+  const before = await stats();
+  const beforeText = await (await fetch(`${server.base}/metrics`)).text();
+  let prompt = 0, completion = 0;
+  for (const max_tokens of [3, 5, 7]) {
+    const r = await client.completions.create({ prompt: 'Once upon a time', max_tokens, temperature: 0, ignore_eos: true });
+    prompt += r.usage.prompt_tokens;
+    completion += r.usage.completion_tokens;
+  }
+  const after = await stats();
+  assert.equal(after.tokens.prompt - before.tokens.prompt, prompt);
+  assert.equal(after.tokens.completion - before.tokens.completion, completion);
+  assert.equal(after.generations - before.generations, 3);
+  assert.equal(after.requests.running, 0);
+  assert.equal(after.requests.queued, 0);
+  assert.equal(after.model, 'kettle-demo');
+  const res = await fetch(`${server.base}/metrics`);
+  assert.match(res.headers.get('content-type'), /^text\/plain; version=0\.0\.4/);
+  const text = await res.text();
+  assert.equal(sample(text, 'kettle_generation_tokens_total') - sample(beforeText, 'kettle_generation_tokens_total'), completion);
+  assert.equal(sample(text, 'kettle_prompt_tokens_total') - sample(beforeText, 'kettle_prompt_tokens_total'), prompt);
+  assert.equal(sample(text, 'kettle_http_requests_total', 'route="/v1/completions",status="200"') -
+    sample(beforeText, 'kettle_http_requests_total', 'route="/v1/completions",status="200"'), 3);
+  // every family is declared once, and the histogram's +Inf bucket equals its count
+  for (const family of text.match(/^# TYPE \S+/gm)) assert.equal(text.split(family + ' ').length, 2, family);
+  assert.equal(sample(text, 'kettle_time_to_first_token_seconds_bucket', 'le="+Inf"'),
+    sample(text, 'kettle_time_to_first_token_seconds_count'));
+});
+
+test('CORS: preflight is answered and responses allow any origin', async () => {
+  const pre = await fetch(`${server.base}/v1/chat/completions`, {
+    method: 'OPTIONS',
+    headers: { origin: 'http://example.test', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,authorization' },
+  });
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get('access-control-allow-origin'), '*');
+  assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
+  assert.match(pre.headers.get('access-control-allow-headers'), /Authorization/i);
+  const r = await fetch(`${server.base}/v1/models`, { headers: { origin: 'http://example.test' } });
+  assert.equal(r.headers.get('access-control-allow-origin'), '*');
+});
+
+test('a full queue answers 429 with Retry-After; the admitted requests all finish', async () => {
+  const own = await startServer(['--max-queue', '1']);
+  try {
+    const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 60, ignore_eos: true });
+    const post = () => fetch(`${own.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const results = await Promise.all(Array.from({ length: 5 }, async (_, i) => { await sleep(30 * i); return post(); }));
+    const statuses = results.map((r) => r.status);
+    assert.ok(statuses.includes(429), statuses.join(','));
+    assert.ok(statuses.filter((s) => s === 200).length >= 2, statuses.join(','));
+    for (const r of results) {
+      const j = await r.json();
+      if (r.status === 429) {
+        assert.equal(r.headers.get('retry-after'), '1');
+        assert.equal(j.error.type, 'rate_limit_error');
+      } else {
+        assert.equal(r.status, 200);
+        assert.equal(j.usage.completion_tokens, 60);
+      }
+    }
+  } finally {
+    stopServer(own);
+  }
+});
+
+test('a client that leaves a non-streaming request cancels its generation', async () => {
+  const controller = new AbortController();
+  const request = fetch(`${server.base}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal: controller.signal,
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1900, ignore_eos: true }),
+  }).catch(() => null);
+  for (let i = 0; i < 50 && (await stats()).requests.running === 0; i++) await sleep(50);
+  assert.equal((await stats()).requests.running, 1);
+  controller.abort();
+  await request;
+  const t0 = Date.now();
+  while ((await stats()).requests.running !== 0 && Date.now() - t0 < 5000) await sleep(50);
+  assert.equal((await stats()).requests.running, 0, 'the generation kept running after its client left');
+  assert.match(server.stderr, /generation cancelled/);
+  const text = await (await fetch(`${server.base}/metrics`)).text();
+  assert.ok(sample(text, 'kettle_http_requests_total', 'status="499"') >= 1);
+  const r = await client.completions.create({ prompt: 'Hello', max_tokens: 3, temperature: 0 });
+  assert.equal(r.usage.completion_tokens <= 3, true);
+});
+
+test('SIGTERM past --drain-timeout: the stream gets an error event, the process exits 0', async () => {
+  const own = await startServer(['--drain-timeout', '0.5']);
+  try {
+    const res = await fetch(`${own.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 1900, ignore_eos: true, stream: true }),
+    });
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    let signalled = false;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      if (!signalled && text.includes('"content"')) { signalled = true; own.proc.kill('SIGTERM'); }
+    }
+    assert.ok(signalled);
+    const events = text.trim().split('\n\n').map((e) => JSON.parse(e.replace(/^data: /, '')));
+    const last = events.at(-1);
+    assert.equal(last.error?.type, 'server_error', JSON.stringify(last));
+    assert.match(last.error.message, /shutting down/);
+    assert.ok(!text.includes('[DONE]'));
+    const exit = await Promise.race([own.exit, sleep(20000).then(() => 'timeout')]);
+    assert.deepEqual(exit, { code: 0, signal: null });
+    assert.match(own.stderr, /cancelling/);
+  } finally {
+    stopServer(own);
+  }
+});

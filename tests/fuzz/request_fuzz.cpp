@@ -1,0 +1,60 @@
+// libFuzzer target: every byte string a client could send as the body of
+// /v1/chat/completions, /v1/completions or /v1/messages goes through the same
+// parsers the server runs; a reply is either CompletionParams or an ApiError
+// (any other exception, a crash or a sanitizer report is a finding). Text that
+// parses also runs through the reasoning / tool-call output parser, split at
+// a data-dependent point, as streamed model output would be.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "chat/output_parser.h"
+#include "server/anthropic_protocol.h"
+#include "server/openai_protocol.h"
+#include "server/request_fields.h"
+
+namespace {
+
+void parse_request(const std::string& body) {
+  using namespace kettle::server;
+  RequestContext ctx{"kettle-demo", 4096, {}};
+  try {
+    nlohmann::ordered_json json = parse_body(body);
+    for (int api = 0; api < 3; ++api) {
+      try {
+        CompletionParams p = api == 2 ? parse_anthropic_request(json, ctx) : parse_openai_request(json, api == 0, ctx);
+        auto format = api == 2 ? make_anthropic_format("msg_x", "m") : make_openai_format({"id", 0, "m"}, p);
+        format->stream_start(1);
+      } catch (const ApiError& e) {
+        if (e.status() != 400 && e.status() != 404) __builtin_trap();  // a parser answers 400 or 404 only
+      }
+    }
+  } catch (const ApiError&) {
+  }
+}
+
+void parse_output(const std::string& text) {
+  using namespace kettle;
+  if (text.empty()) return;
+  const auto flags = static_cast<unsigned char>(text[0]);
+  OutputParserOptions options;
+  options.format.tool_calls = static_cast<ToolCallFormat>(flags % 3);
+  options.format.reasoning = (flags & 4) != 0;
+  options.tools_requested = (flags & 8) != 0;
+  options.starts_in_reasoning = options.format.reasoning && (flags & 16) != 0;
+  OutputParser parser(options);
+  const std::string_view output = std::string_view(text).substr(1);
+  const size_t split = text.size() > 1 ? static_cast<unsigned char>(text[1]) % (output.size() + 1) : 0;
+  parser.push(output.substr(0, split));
+  parser.push(output.substr(split));
+  parser.finish();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  parse_request(input);
+  parse_output(input);
+  return 0;
+}

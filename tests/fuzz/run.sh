@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The fuzz pass over the request parsers (and the model-output parser):
+# builds tests/fuzz/request_fuzz.cpp with Debian's clang and libFuzzer, under
+# AddressSanitizer and UndefinedBehaviorSanitizer, and runs it for SECONDS
+# (default 60) from the seed corpus. Exit non-zero on any finding.
+#   tests/fuzz/run.sh [SECONDS] [BUILD_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+seconds=${1:-60}
+out=${2:-$root/build}/fuzz
+mkdir -p "$out/corpus"
+sources=(src/server/request_fields.cpp src/server/openai_protocol.cpp src/server/anthropic_protocol.cpp
+         src/chat/output_parser.cpp tests/fuzz/request_fuzz.cpp)
+binary="$out/request_fuzz"
+newest=$(cd "$root" && ls -t "${sources[@]}" src/server/*.h src/chat/output_parser.h | head -1)
+if [ ! -x "$binary" ] || [ "$root/$newest" -nt "$binary" ]; then
+  (cd "$root" && clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+     -Isrc "${sources[@]}" -lfmt -o "$binary")
+fi
+cp -n "$root"/tests/fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
+# -rss_limit_mb: a parser must not balloon; -max_len: bodies up to 64 KB.
+"$binary" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+  -artifact_prefix="$out/" "$out/corpus" 2>&1 | tail -n 12

@@ -1,0 +1,256 @@
+// The request parsers and response writers of both APIs, without a socket:
+// each malformed field is a 400 naming it; Anthropic content blocks become
+// the messages chat templates expect; the writers produce the documented
+// shapes (block indices, tool-call indices, stop reasons).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/anthropic_protocol.h"
+#include "server/openai_protocol.h"
+#include "server/request_fields.h"
+
+namespace kettle::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const RequestContext kCtx{"demo", 100, {}};
+
+ojson chat_body(ojson extra = ojson::object()) {
+  ojson body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  for (auto& [k, v] : extra.items()) body[k] = v;
+  return body;
+}
+
+// The param an OpenAI request is rejected for (status 400 expected), or "" when accepted.
+std::string rejected_param(const ojson& body, bool chat = true) {
+  try {
+    parse_openai_request(body, chat, kCtx);
+    return "";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400) << e.what();
+    return e.param();
+  }
+}
+
+TEST(OpenAiRequest, EachBadFieldIsNamed) {
+  EXPECT_EQ(rejected_param(chat_body({{"temperature", "hot"}})), "temperature");
+  EXPECT_EQ(rejected_param(chat_body({{"temperature", 3}})), "temperature");
+  EXPECT_EQ(rejected_param(chat_body({{"top_p", -0.5}})), "top_p");
+  EXPECT_EQ(rejected_param(chat_body({{"max_tokens", 0}})), "max_tokens");
+  EXPECT_EQ(rejected_param(chat_body({{"max_tokens", 1.5}})), "max_tokens");
+  EXPECT_EQ(rejected_param(chat_body({{"n", 2}})), "n");
+  EXPECT_EQ(rejected_param(chat_body({{"stop", {"a", "b", "c", "d", "e"}}})), "stop");
+  EXPECT_EQ(rejected_param(chat_body({{"presence_penalty", 2.5}})), "presence_penalty");
+  EXPECT_EQ(rejected_param(chat_body({{"logit_bias", {{"100", 1}}}})), "logit_bias");  // vocab is 100
+  EXPECT_EQ(rejected_param(chat_body({{"logit_bias", {{"x", 1}}}})), "logit_bias");
+  EXPECT_EQ(rejected_param(chat_body({{"logit_bias", {{"5", 101}}}})), "logit_bias.5");
+  EXPECT_EQ(rejected_param(chat_body({{"top_logprobs", 3}})), "top_logprobs");  // without logprobs: true
+  EXPECT_EQ(rejected_param(chat_body({{"logprobs", true}, {"top_logprobs", 21}})), "top_logprobs");
+  EXPECT_EQ(rejected_param(chat_body({{"tools", {{{"type", "function"}}}}})), "tools[0]");
+  EXPECT_EQ(rejected_param(chat_body({{"tool_choice", "sometimes"}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}})),
+            "tool_choice");
+  EXPECT_EQ(rejected_param({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}),
+            "messages[0].content[0]");
+  EXPECT_EQ(rejected_param({{"messages", ojson::array()}}), "messages");
+  EXPECT_EQ(rejected_param({{"prompt", 5}}, false), "prompt");
+  EXPECT_EQ(rejected_param({{"prompt", "x"}, {"logprobs", 6}}, false), "logprobs");
+  EXPECT_EQ(rejected_param(chat_body({{"max_tokens", 5}, {"user", "someone"}})), "");
+}
+
+TEST(OpenAiRequest, UnknownModelIs404) {
+  try {
+    parse_openai_request(chat_body({{"model", "gpt-4"}}), true, kCtx);
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 404);
+    EXPECT_EQ(e.code(), "model_not_found");
+  }
+  EXPECT_NO_THROW(parse_openai_request(chat_body({{"model", "default"}}), true, kCtx));
+}
+
+TEST(OpenAiRequest, ToolCallArgumentsReachTheTemplateAsObjects) {
+  ojson body = {{"messages",
+                 {{{"role", "assistant"},
+                   {"content", nullptr},
+                   {"tool_calls",
+                    {{{"id", "call_1"}, {"type", "function"},
+                      {"function", {{"name", "f"}, {"arguments", R"({"b": 1, "a": [2]})"}}}}}}},
+                  {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "ok"}}}},
+                {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}};
+  CompletionParams p = parse_openai_request(body, true, kCtx);
+  const ojson& args = p.messages[0]["tool_calls"][0]["function"]["arguments"];
+  ASSERT_TRUE(args.is_object());
+  EXPECT_EQ(args.dump(), R"({"b":1,"a":[2]})");  // the client's key order is kept
+  EXPECT_EQ(p.messages[0]["content"], "");
+  EXPECT_EQ(p.messages[1]["tool_call_id"], "call_1");
+  EXPECT_TRUE(p.tools.is_array());
+  body["tool_choice"] = "none";
+  EXPECT_TRUE(parse_openai_request(body, true, kCtx).tools.is_null());
+}
+
+TEST(OpenAiRequest, SamplingFieldsLandInSamplingParams) {
+  CompletionParams p = parse_openai_request(
+      chat_body({{"temperature", 0.7}, {"top_k", 5}, {"seed", 42}, {"repetition_penalty", 1.3},
+                 {"frequency_penalty", -1}, {"logit_bias", {{"7", -100}}}, {"logprobs", true}, {"top_logprobs", 4},
+                 {"chat_template_kwargs", {{"enable_thinking", false}}}}),
+      true, kCtx);
+  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.7f);
+  EXPECT_EQ(p.sampling.top_k, 5);
+  EXPECT_EQ(p.sampling.seed, 42u);
+  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty, 1.3f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -1.0f);
+  ASSERT_EQ(p.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(p.sampling.logit_bias[0].first, 7);
+  EXPECT_TRUE(p.sampling.logprobs);
+  EXPECT_EQ(p.sampling.top_logprobs, 4);
+  EXPECT_EQ(p.thinking, std::optional<bool>(false));
+}
+
+ojson anthropic_body(ojson messages) {
+  return {{"model", "demo"}, {"max_tokens", 10}, {"messages", std::move(messages)}};
+}
+
+TEST(AnthropicRequest, BlocksBecomeTemplateMessages) {
+  ojson body = anthropic_body(
+      {{{"role", "user"}, {"content", "weather?"}},
+       {{"role", "assistant"},
+        {"content",
+         {{{"type", "thinking"}, {"thinking", "look it up"}, {"signature", ""}},
+          {{"type", "text"}, {"text", "Checking."}},
+          {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get"}, {"input", {{"city", "Paris"}}}}}}},
+       {{"role", "user"},
+        {"content",
+         {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", {{{"type", "text"}, {"text", "18 C"}}}}},
+          {{"type", "text"}, {"text", "thanks"}}}}}});
+  body["system"] = {{{"type", "text"}, {"text", "Be brief."}}};
+  body["tools"] = {{{"name", "get"}, {"description", "weather"}, {"input_schema", {{"type", "object"}}}}};
+  body["thinking"] = {{"type", "enabled"}, {"budget_tokens", 1024}};
+  CompletionParams p = parse_anthropic_request(body, kCtx);
+  ASSERT_EQ(p.messages.size(), 5u);
+  EXPECT_EQ(p.messages[0], ojson({{"role", "system"}, {"content", "Be brief."}}));
+  EXPECT_EQ(p.messages[2]["content"], "Checking.");
+  EXPECT_EQ(p.messages[2]["reasoning_content"], "look it up");
+  EXPECT_EQ(p.messages[2]["tool_calls"][0]["function"]["arguments"], ojson({{"city", "Paris"}}));
+  EXPECT_EQ(p.messages[3], ojson({{"role", "tool"}, {"tool_call_id", "toolu_1"}, {"content", "18 C"}}));
+  EXPECT_EQ(p.messages[4], ojson({{"role", "user"}, {"content", "thanks"}}));
+  EXPECT_EQ(p.tools[0]["function"]["parameters"], ojson({{"type", "object"}}));
+  EXPECT_EQ(p.thinking, std::optional<bool>(true));
+  EXPECT_EQ(p.max_tokens, std::optional<int64_t>(10));
+}
+
+TEST(AnthropicRequest, RequiredFieldsAndBadBlocksAreNamed) {
+  auto param = [](const ojson& body) {
+    try {
+      parse_anthropic_request(body, kCtx);
+      return std::string();
+    } catch (const ApiError& e) {
+      return e.param();
+    }
+  };
+  ojson ok = anthropic_body({{{"role", "user"}, {"content", "hi"}}});
+  ojson b = ok;
+  b.erase("max_tokens");
+  EXPECT_EQ(param(b), "max_tokens");
+  b = ok;
+  b.erase("model");
+  EXPECT_EQ(param(b), "model");
+  EXPECT_EQ(param(anthropic_body({{{"role", "system"}, {"content", "x"}}})), "messages[0].role");
+  EXPECT_EQ(param(anthropic_body({{{"role", "user"}, {"content", {{{"type", "image"}}}}}})), "messages[0].content[0]");
+  EXPECT_EQ(param(anthropic_body({{{"role", "user"}, {"content", {{{"type", "tool_use"}, {"id", "x"}}}}}})),
+            "messages[0].content[0]");  // tool_use belongs to the assistant
+  b = ok;
+  b["temperature"] = 1.5;  // Anthropic's range is [0, 1]
+  EXPECT_EQ(param(b), "temperature");
+  b = ok;
+  b["thinking"] = {{"type", "sometimes"}};
+  EXPECT_EQ(param(b), "thinking.type");
+  EXPECT_EQ(param(ok), "");
+}
+
+// Splits a stream of `event: X\ndata: {...}\n\n` into (X, data).
+std::vector<std::pair<std::string, ojson>> events(const std::string& sse) {
+  std::vector<std::pair<std::string, ojson>> out;
+  size_t at = 0;
+  while (at < sse.size()) {
+    size_t end = sse.find("\n\n", at);
+    std::string block = sse.substr(at, end - at);
+    size_t nl = block.find('\n');
+    out.emplace_back(block.substr(7, nl - 7), ojson::parse(block.substr(nl + 7)));
+    at = end + 2;
+  }
+  return out;
+}
+
+TEST(AnthropicStream, OneBlockPerKindInOrderWithStopReason) {
+  auto format = make_anthropic_format("msg_1", "demo");
+  std::string sse = format->stream_start(7);
+  TurnDelta d1;
+  d1.reasoning = "hmm";
+  sse += format->stream_delta(d1);
+  TurnDelta d2;
+  d2.reasoning = " more";
+  d2.content = "Answer";
+  sse += format->stream_delta(d2);
+  TurnDelta d3;
+  d3.tool_calls.push_back({"toolu_a", "get", R"({"city":"Paris"})"});
+  sse += format->stream_delta(d3);
+  sse += format->stream_finish({"tool_calls", "", 7, 12});
+  std::vector<std::string> names;
+  for (auto& [name, data] : events(sse)) {
+    EXPECT_EQ(data["type"], name);
+    names.push_back(name);
+  }
+  const std::vector<std::string> expected = {
+      "message_start",       "ping",                "content_block_start", "content_block_delta", "content_block_delta",
+      "content_block_stop",  "content_block_start", "content_block_delta", "content_block_stop",  "content_block_start",
+      "content_block_delta", "content_block_stop",  "message_delta",       "message_stop"};
+  EXPECT_EQ(names, expected);
+  auto ev = events(sse);
+  EXPECT_EQ(ev[2].second["content_block"]["type"], "thinking");
+  EXPECT_EQ(ev[6].second["index"], 1);
+  EXPECT_EQ(ev[9].second["content_block"]["type"], "tool_use");
+  EXPECT_EQ(ev[10].second["delta"]["partial_json"], R"({"city":"Paris"})");
+  EXPECT_EQ(ev[12].second["delta"]["stop_reason"], "tool_use");
+  EXPECT_EQ(ev[12].second["usage"]["output_tokens"], 12);
+}
+
+TEST(AnthropicStream, StopReasons) {
+  auto reason = [](TurnEnd end) {
+    auto format = make_anthropic_format("m", "demo");
+    return ojson::parse(format->full_response(Turn{}, end))["stop_reason"].get<std::string>();
+  };
+  EXPECT_EQ(reason({"stop", "", 1, 1}), "end_turn");
+  EXPECT_EQ(reason({"length", "", 1, 1}), "max_tokens");
+  EXPECT_EQ(reason({"stop", "END", 1, 1}), "stop_sequence");
+  EXPECT_EQ(reason({"tool_calls", "", 1, 1}), "tool_use");
+}
+
+TEST(OpenAiStream, ToolCallsAreIndexedAndReasoningIsItsOwnDelta) {
+  CompletionParams params;
+  params.chat = true;
+  auto format = make_openai_format({"chatcmpl-1", 0, "demo"}, params);
+  TurnDelta d;
+  d.reasoning = "think";
+  d.tool_calls = {{"call_a", "f", "{}"}, {"call_b", "g", R"({"x":1})"}};
+  std::string sse = format->stream_delta(d);
+  std::vector<ojson> chunks;
+  for (size_t at = 0; at < sse.size();) {
+    size_t end = sse.find("\n\n", at);
+    chunks.push_back(ojson::parse(sse.substr(at + 6, end - at - 6)));
+    at = end + 2;
+  }
+  ASSERT_EQ(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["reasoning_content"], "think");
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(chunks[2]["choices"][0]["delta"]["tool_calls"][0]["index"], 1);
+  EXPECT_EQ(chunks[2]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], R"({"x":1})");
+  ojson whole = ojson::parse(format->full_response(Turn{"r", "", d.tool_calls, {}}, {"tool_calls", "", 3, 4}));
+  EXPECT_TRUE(whole["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(whole["usage"]["total_tokens"], 7);
+}
+
+}  // namespace
+}  // namespace kettle::server
