@@ -87,7 +87,8 @@ void EngineWorker::run(Job& job) {
   auto emit = [&](const std::string& text) {
     if (!text.empty()) channel.push({Event::Kind::kText, text, "", 0, 0, {}});
   };
-  auto on_token = [&](int32_t token) {
+  auto on_token = [&](const SampledToken& sampled) {
+    const int32_t token = sampled.id;
     if (matcher.stopped()) return;
     bool is_eos = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
     if (!is_eos) emit(matcher.push(decoder.push(token)));
