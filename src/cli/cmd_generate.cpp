@@ -94,7 +94,8 @@ int run_generate(const GenerateFlags& flags) {
   std::optional<StreamDecoder> stream;
   if (tokenizer) stream.emplace(*tokenizer);
   std::string text;
-  auto on_token = [&](int32_t token) {
+  auto on_token = [&](const SampledToken& sampled) {
+    const int32_t token = sampled.id;
     if (stream) {
       bool is_stop = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
       std::string piece = is_stop ? "" : stream->push(token);

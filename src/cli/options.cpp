@@ -60,6 +60,17 @@ void SamplingOptions::add_to(CLI::App& app) {
                    ->check(CLI::Range(0.0f, 1.0f));
   min_p_opt_ = app.add_option("--min-p", min_p, "drop tokens below min_p × the top probability, 0 = off (default: 0)")
                    ->check(CLI::Range(0.0f, 1.0f));
+  repetition_penalty_opt_ =
+      app.add_option("--repetition-penalty", repetition_penalty,
+                     "divide positive / multiply negative logits of tokens already in the prompt or output, 1 = off "
+                     "(default: generation_config.json, else 1)")
+          ->check(CLI::PositiveNumber);
+  app.add_option("--presence-penalty", presence_penalty,
+                 "subtract from the logit of every token already generated, -2 to 2 (default: 0)")
+      ->check(CLI::Range(-2.0f, 2.0f));
+  app.add_option("--frequency-penalty", frequency_penalty,
+                 "subtract this × the times a token was generated from its logit, -2 to 2 (default: 0)")
+      ->check(CLI::Range(-2.0f, 2.0f));
 }
 
 SamplingParams SamplingOptions::resolve(const GenerationDefaults& defaults) const {
@@ -68,6 +79,9 @@ SamplingParams SamplingOptions::resolve(const GenerationDefaults& defaults) cons
   if (top_k_opt_->count()) p.top_k = top_k;
   if (top_p_opt_->count()) p.top_p = top_p;
   if (min_p_opt_->count()) p.min_p = min_p;
+  if (repetition_penalty_opt_->count()) p.repetition_penalty = repetition_penalty;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
   return p;
 }
 

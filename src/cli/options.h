@@ -26,12 +26,16 @@ std::string default_model_dir();
 // `model` when given, else the default model (saying so on the terminal).
 std::string model_or_default(const std::string& model);
 
-// --temp/--top-k/--top-p/--min-p: each overrides generation_config.json's default only when given.
+// --temp/--top-k/--top-p/--min-p/--repetition-penalty: each overrides generation_config.json's
+// default only when given; --presence-penalty/--frequency-penalty have no model default (0).
 struct SamplingOptions {
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   void add_to(CLI::App& app);
   // The model's defaults (as transformers applies them) with the given flags on top.
   SamplingParams resolve(const GenerationDefaults& defaults) const;
@@ -41,6 +45,7 @@ struct SamplingOptions {
   CLI::Option* top_k_opt_ = nullptr;
   CLI::Option* top_p_opt_ = nullptr;
   CLI::Option* min_p_opt_ = nullptr;
+  CLI::Option* repetition_penalty_opt_ = nullptr;
 };
 
 struct ThreadOption {

@@ -12,6 +12,8 @@ namespace kettle {
 
 SamplingParams default_sampling(const GenerationDefaults& d) {
   SamplingParams p;
+  // transformers adds RepetitionPenaltyLogitsProcessor whether or not it samples.
+  p.repetition_penalty = d.repetition_penalty;
   if (!d.do_sample) return p;  // greedy
   p.temperature = d.temperature;
   p.top_k = d.top_k;
@@ -21,7 +23,7 @@ SamplingParams default_sampling(const GenerationDefaults& d) {
 }
 
 GenerationResult generate(Transformer& transformer, const GenerationRequest& request,
-                          const std::function<void(int32_t)>& on_token) {
+                          const std::function<void(const SampledToken&)>& on_token) {
   const ModelSpec& spec = transformer.spec();
   if (request.prompt.empty()) fail(ErrorCategory::kInvalidArgument, "the prompt is empty: give at least one token");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -30,10 +32,12 @@ GenerationResult generate(Transformer& transformer, const GenerationRequest& req
       fail(ErrorCategory::kInvalidArgument, "prompt token {} (position {}) is outside the vocabulary [0, {})", id, i,
            spec.vocab_size);
   }
+  validate_sampling(request.sampling, spec.vocab_size);
   GenerationResult result;
   result.finish_reason = "length";
   KvCache kv = transformer.new_cache();
   Sampler sampler(request.sampling);
+  sampler.start(request.prompt, spec.vocab_size, request.max_tokens);
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   const bool dump = !request.logits_dump_path.empty();
   HostBuffer<float> logits(static_cast<size_t>((dump ? n : 1) * spec.vocab_size));
@@ -54,9 +58,10 @@ GenerationResult generate(Transformer& transformer, const GenerationRequest& req
 
   timer.reset();
   for (int64_t step = 0; step < request.max_tokens; ++step) {
-    int32_t token = sampler.sample(step == 0 ? last : logits.data(), spec.vocab_size);
+    SampledToken sampled = sampler.sample(step == 0 ? last : logits.data(), spec.vocab_size);
+    int32_t token = sampled.id;
     result.tokens.push_back(token);
-    if (on_token) on_token(token);
+    if (on_token) on_token(sampled);
     if (std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end()) {
       result.finish_reason = "stop";
       break;

@@ -15,6 +15,8 @@ namespace kettle {
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 128;
+  // Warpers, penalties, logit_bias and logprobs (see sampler.h); checked by
+  // validate_sampling before any work.
   SamplingParams sampling;
   std::vector<int> stop_ids;  // end of sequence ids; empty: never stop early
   std::string logits_dump_path;  // when set: f32 logits of every prompt position are written here
@@ -30,9 +32,10 @@ struct GenerationResult {
   double decode_ms = 0.0;  // from the first sampled token to the last
 };
 
-// on_token (optional) sees each sampled token as it is produced.
+// on_token (optional) sees each sampled token as it is produced, with its
+// log-probabilities when request.sampling.logprobs is set.
 GenerationResult generate(Transformer& transformer, const GenerationRequest& request,
-                          const std::function<void(int32_t)>& on_token = {});
+                          const std::function<void(const SampledToken&)>& on_token = {});
 
 // Sampling defaults from generation_config.json, as transformers would apply them.
 SamplingParams default_sampling(const GenerationDefaults& defaults);

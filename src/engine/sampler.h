@@ -1,10 +1,14 @@
-// Sampler: next token from a row of logits. Greedy when temperature is 0;
-// otherwise temperature → top-k → top-p → min-p, in transformers' order,
-// drawn from a generator seeded per request so a seed reproduces a run.
+// Sampler: next token from a row of logits. The logits are first adjusted by
+// the request's penalties and bias (repetition → presence/frequency →
+// logit_bias); then greedy when temperature is 0, otherwise temperature →
+// top-k → top-p → min-p in transformers' order, drawn from a generator seeded
+// per request so a seed reproduces a run. Optionally reports log-probabilities.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace kettle {
@@ -15,17 +19,80 @@ struct SamplingParams {
   float top_p = 1.0f;        // >= 1: off
   float min_p = 0.0f;        // <= 0: off
   uint64_t seed = 0;
+
+  // transformers' RepetitionPenaltyLogitsProcessor: every distinct token of the
+  // prompt and the output so far gets logit / p when the logit is > 0, else
+  // logit * p. 1 = off; must be > 0.
+  float repetition_penalty = 1.0f;
+  // OpenAI / vLLM: over the generated tokens only, logit -= presence * [count > 0]
+  // + frequency * count. 0 = off; each in [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // OpenAI logit_bias: (token id, bias) added to the logit last, after the
+  // penalties, so -100 bans and +100 forces whatever the penalties did. Ids must
+  // be inside the vocabulary; a repeated id adds up.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+
+  // Log-probabilities of each sampled token and of the top_logprobs (0..20) most
+  // likely alternatives. The distribution is log-softmax of the logits after
+  // penalties and bias, before temperature and truncation ("processed before
+  // temperature"): it is what the request asked the model to be, stays defined
+  // under greedy decoding (temperature 0), and never reports -inf for a token
+  // that top-k/top-p cut. Not computed (no cost) when false.
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+// Throws kettle::Error (kInvalidArgument) naming the field out of range.
+void validate_sampling(const SamplingParams& params, int64_t vocab);
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+// One sampled token; logprob and top are filled only when logprobs were asked for
+// (top: most likely first, ties to the lower id, at most top_logprobs entries).
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
 };
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  int32_t sample(const float* logits, int64_t vocab);
+
+  // The prompt counts for the repetition penalty; the history is sized for
+  // `vocab` and max_new_tokens outputs so the decode loop does not allocate.
+  void start(std::span<const int32_t> prompt, int64_t vocab, int64_t max_new_tokens = 0);
+  // A token the model produced (sample() records the tokens it returns).
+  void accept(int32_t token);
+
+  SampledToken sample(const float* logits, int64_t vocab);
+
+  // The logits after penalties and bias: `logits` itself when none apply, else
+  // an internal buffer valid until the next call.
+  const float* processed_logits(const float* logits, int64_t vocab);
 
  private:
+  bool adjusts_logits() const;
+  void accept_seen(int32_t id);
+  int32_t draw(const float* logits, int64_t vocab);
+  void fill_logprobs(const float* logits, int64_t vocab, SampledToken& token);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<double> probs_;
+  std::vector<float> adjusted_;  // [vocab] processed logits, when adjusts_logits()
+  // Token history, kept only when a penalty needs it: distinct ids seen
+  // (prompt + output) and per-id output counts.
+  std::vector<int32_t> seen_ids_;      // distinct, in first-seen order
+  std::vector<uint8_t> seen_;          // [vocab]
+  std::vector<int32_t> output_ids_;    // distinct ids of the output
+  std::vector<int32_t> output_count_;  // [vocab]
 };
 
 // argmax with the lowest index winning ties, as torch.argmax does.

@@ -36,6 +36,8 @@ GenerationDefaults load_generation_defaults(const std::string& folder) {
       if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int>();
       if (g.contains("top_p") && g["top_p"].is_number()) d.top_p = g["top_p"].get<float>();
       if (g.contains("min_p") && g["min_p"].is_number()) d.min_p = g["min_p"].get<float>();
+      if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
+        d.repetition_penalty = g["repetition_penalty"].get<float>();
     } catch (const nlohmann::json::exception& e) {
       fail(ErrorCategory::kInvalidData, "{}: {}", gen_path.string(), e.what());
     }

@@ -12,6 +12,7 @@ struct GenerationDefaults {
   int top_k = 50;  // transformers' default when sampling
   float top_p = 1.0f;
   float min_p = 0.0f;
+  float repetition_penalty = 1.0f;  // applied greedy or not, as transformers does
   std::vector<int> eos_token_ids;
   int bos_token_id = -1;
 };

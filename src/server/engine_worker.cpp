@@ -97,7 +97,8 @@ void EngineWorker::run(Job& job) {
     e.text = std::move(text);
     channel.push(std::move(e));
   };
-  auto on_token = [&](int32_t token) {
+  auto on_token = [&](const SampledToken& sampled) {
+    const int32_t token = sampled.id;
     if (matcher.stopped()) return;
     bool is_eos = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
     if (!is_eos) emit(matcher.push(decoder.push(token)));

@@ -1,9 +1,15 @@
 // Sampler: greedy, the warpers' support, and the distribution of draws
-// against the softmax computed here in double precision.
+// against the softmax computed here in double precision; penalties, bias and
+// logprobs against double re-implementations of the HF / OpenAI formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
+#include <set>
+
+#include "util/error.h"
 
 #include "engine/sampler.h"
 
@@ -13,13 +19,13 @@ namespace {
 TEST(Sampler, GreedyTakesFirstMaximum) {
   std::vector<float> logits = {0.1f, 3.0f, -1.0f, 3.0f};
   Sampler s(SamplingParams{});
-  EXPECT_EQ(s.sample(logits.data(), 4), 1);
+  EXPECT_EQ(s.sample(logits.data(), 4).id, 1);
 }
 
 std::map<int, int> draw(const std::vector<float>& logits, SamplingParams p, int n) {
   Sampler s(p);
   std::map<int, int> counts;
-  for (int i = 0; i < n; ++i) counts[s.sample(logits.data(), static_cast<int64_t>(logits.size()))]++;
+  for (int i = 0; i < n; ++i) counts[s.sample(logits.data(), static_cast<int64_t>(logits.size())).id]++;
   return counts;
 }
 
@@ -63,7 +69,265 @@ TEST(Sampler, SameSeedSameDraws) {
   p.temperature = 1.0f;
   p.seed = 9;
   Sampler a(p), b(p);
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits.data(), 100), b.sample(logits.data(), 100));
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits.data(), 100).id, b.sample(logits.data(), 100).id);
+}
+
+// ---- penalties, logit_bias, logprobs ------------------------------------------
+
+std::vector<float> random_logits(std::mt19937& rng, int vocab) {
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> l(static_cast<size_t>(vocab));
+  for (auto& x : l) x = d(rng);
+  l[0] = 0.0f;  // exactly zero: neither divided nor multiplied in effect
+  return l;
+}
+
+std::vector<int32_t> random_ids(std::mt19937& rng, int vocab, int n) {
+  // A small range so ids repeat.
+  std::uniform_int_distribution<int32_t> d(0, std::min(vocab - 1, 12));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& x : ids) x = d(rng);
+  return ids;
+}
+
+// transformers RepetitionPenaltyLogitsProcessor, then OpenAI presence/frequency
+// (generated tokens only), then logit_bias — in double.
+std::vector<double> reference_processed(const std::vector<float>& logits, const std::vector<int32_t>& prompt,
+                                        const std::vector<int32_t>& generated, const SamplingParams& p) {
+  std::vector<double> l(logits.begin(), logits.end());
+  std::set<int32_t> seen(prompt.begin(), prompt.end());
+  seen.insert(generated.begin(), generated.end());
+  for (int32_t id : seen) {
+    double& x = l[static_cast<size_t>(id)];
+    x = x < 0 ? x * p.repetition_penalty : x / p.repetition_penalty;
+  }
+  std::map<int32_t, int> count;
+  for (int32_t id : generated) count[id]++;
+  for (auto [id, c] : count) l[static_cast<size_t>(id)] -= p.presence_penalty * (c > 0) + p.frequency_penalty * c;
+  for (auto [id, b] : p.logit_bias) l[static_cast<size_t>(id)] += b;
+  return l;
+}
+
+const float* processed(Sampler& s, const std::vector<float>& logits, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& generated) {
+  s.start(prompt, static_cast<int64_t>(logits.size()), 16);
+  for (int32_t id : generated) s.accept(id);
+  return s.processed_logits(logits.data(), static_cast<int64_t>(logits.size()));
+}
+
+void expect_near_all(const float* got, const std::vector<double>& want, const std::string& what) {
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::abs(want[i]))) << what << " token " << i;
+}
+
+TEST(SamplerPenalties, RepetitionPenaltyMatchesTransformers) {
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 50; ++trial) {
+    auto logits = random_logits(rng, 40);
+    auto prompt = random_ids(rng, 40, 10), generated = random_ids(rng, 40, 6);
+    SamplingParams p;
+    p.repetition_penalty = trial % 2 ? 1.3f : 0.7f;  // below 1 rewards repeats
+    Sampler s(p);
+    expect_near_all(processed(s, logits, prompt, generated), reference_processed(logits, prompt, generated, p),
+                    "trial " + std::to_string(trial));
+  }
+}
+
+TEST(SamplerPenalties, PresenceAndFrequencyCountGeneratedTokensOnly) {
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < 50; ++trial) {
+    auto logits = random_logits(rng, 40);
+    auto prompt = random_ids(rng, 40, 10), generated = random_ids(rng, 40, 9);
+    SamplingParams p;
+    p.presence_penalty = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    p.frequency_penalty = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    Sampler s(p);
+    expect_near_all(processed(s, logits, prompt, generated), reference_processed(logits, prompt, generated, p),
+                    "trial " + std::to_string(trial));
+  }
+}
+
+TEST(SamplerPenalties, AllTogetherWithBias) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    auto logits = random_logits(rng, 30);
+    auto prompt = random_ids(rng, 30, 8), generated = random_ids(rng, 30, 8);
+    SamplingParams p;
+    p.repetition_penalty = 1.2f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = -0.25f;
+    p.logit_bias = {{3, 2.5f}, {7, -1.0f}, {3, 0.5f}};  // a repeated id adds up
+    Sampler s(p);
+    expect_near_all(processed(s, logits, prompt, generated), reference_processed(logits, prompt, generated, p),
+                    "trial " + std::to_string(trial));
+  }
+}
+
+TEST(SamplerPenalties, SampleRecordsItsOwnTokens) {
+  // Greedy with a frequency penalty must walk away from a token once it repeats.
+  std::vector<float> logits = {1.0f, 1.5f, 0.2f};
+  SamplingParams p;
+  p.frequency_penalty = 0.4f;
+  Sampler s(p);
+  s.start({}, 3, 8);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(s.sample(logits.data(), 3).id);
+  // 1.5 → 1.1 → 0.7 for token 1; token 0 takes over at the third step, then they alternate.
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 1, 0, 1}));
+}
+
+TEST(SamplerPenalties, GreedyHonoursRepetitionPenaltyOnThePrompt) {
+  std::vector<float> logits = {2.0f, 1.9f, -1.0f};
+  SamplingParams p;
+  p.repetition_penalty = 1.2f;  // 2.0 / 1.2 < 1.9
+  Sampler s(p);
+  s.start(std::vector<int32_t>{0}, 3, 4);
+  EXPECT_EQ(s.sample(logits.data(), 3).id, 1);
+}
+
+TEST(SamplerLogitBias, BansAndForces) {
+  std::mt19937 rng(4);
+  auto logits = random_logits(rng, 50);
+  int32_t best = argmax(logits.data(), 50);
+  SamplingParams ban;
+  ban.logit_bias = {{best, -100.0f}};
+  Sampler greedy_ban(ban);
+  EXPECT_NE(greedy_ban.sample(logits.data(), 50).id, best);
+  ban.temperature = 1.0f;
+  ban.seed = 5;
+  Sampler sampled_ban(ban);
+  for (int i = 0; i < 2000; ++i) ASSERT_NE(sampled_ban.sample(logits.data(), 50).id, best);
+
+  SamplingParams force;
+  force.logit_bias = {{17, 100.0f}};
+  force.temperature = 1.5f;
+  force.seed = 6;
+  Sampler forced(force);
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(forced.sample(logits.data(), 50).id, 17);
+  force.temperature = 0.0f;
+  Sampler greedy_forced(force);
+  EXPECT_EQ(greedy_forced.sample(logits.data(), 50).id, 17);
+}
+
+TEST(SamplerLogitBias, ValidationNamesTheBadField) {
+  SamplingParams p;
+  p.logit_bias = {{50, 1.0f}};
+  EXPECT_THROW(validate_sampling(p, 50), Error);
+  p.logit_bias = {{49, 1.0f}};
+  EXPECT_NO_THROW(validate_sampling(p, 50));
+  p.presence_penalty = 2.5f;
+  EXPECT_THROW(validate_sampling(p, 50), Error);
+  p.presence_penalty = 0.0f;
+  p.repetition_penalty = 0.0f;
+  EXPECT_THROW(validate_sampling(p, 50), Error);
+  p.repetition_penalty = 1.0f;
+  p.top_logprobs = 21;
+  EXPECT_THROW(validate_sampling(p, 50), Error);
+}
+
+std::vector<double> log_softmax(const std::vector<double>& l) {
+  double m = *std::max_element(l.begin(), l.end()), z = 0.0;
+  for (double x : l) z += std::exp(x - m);
+  std::vector<double> out;
+  for (double x : l) out.push_back(x - m - std::log(z));
+  return out;
+}
+
+TEST(SamplerLogprobs, EqualDoubleLogSoftmaxOfProcessedLogits) {
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 30; ++trial) {
+    auto logits = random_logits(rng, 64);
+    auto prompt = random_ids(rng, 64, 6);
+    SamplingParams p;
+    p.temperature = trial % 3 == 0 ? 0.0f : 0.6f;  // the temperature must not change the logprobs
+    p.top_k = 5;
+    p.seed = static_cast<uint64_t>(trial);
+    p.repetition_penalty = 1.1f;
+    p.logit_bias = {{5, 1.5f}};
+    p.logprobs = true;
+    p.top_logprobs = 20;
+    Sampler s(p);
+    s.start(prompt, 64, 4);
+    SampledToken t = s.sample(logits.data(), 64);
+    auto want = log_softmax(reference_processed(logits, prompt, {}, p));
+    EXPECT_NEAR(t.logprob, want[static_cast<size_t>(t.id)], 1e-5);
+    std::vector<int32_t> order(64);
+    for (int32_t i = 0; i < 64; ++i) order[static_cast<size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return want[a] > want[b]; });
+    ASSERT_EQ(t.top.size(), 20u);
+    for (size_t i = 0; i < 20; ++i) {
+      EXPECT_EQ(t.top[i].id, order[i]) << i;
+      EXPECT_NEAR(t.top[i].logprob, want[static_cast<size_t>(order[i])], 1e-5) << i;
+    }
+  }
+}
+
+TEST(SamplerLogprobs, TopTiesGoToTheLowerIdAndNIsCapped) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, 2.0f, 2.0f};
+  SamplingParams p;
+  p.logprobs = true;
+  p.top_logprobs = 4;
+  Sampler s(p);
+  SampledToken t = s.sample(logits.data(), 6);
+  EXPECT_EQ(t.id, 1);
+  std::vector<int32_t> ids;
+  for (const auto& e : t.top) ids.push_back(e.id);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 2, 4}));
+  EXPECT_FLOAT_EQ(t.top[0].logprob, t.top[1].logprob);
+  EXPECT_FLOAT_EQ(t.logprob, t.top[0].logprob);
+
+  p.top_logprobs = 20;  // more than the vocabulary: all of it
+  Sampler all(p);
+  EXPECT_EQ(all.sample(logits.data(), 6).top.size(), 6u);
+  p.top_logprobs = 0;  // only the chosen token's logprob
+  Sampler none(p);
+  SampledToken only = none.sample(logits.data(), 6);
+  EXPECT_TRUE(only.top.empty());
+  EXPECT_LT(only.logprob, 0.0f);
+}
+
+TEST(SamplerLogprobs, NotComputedUnlessAsked) {
+  std::vector<float> logits = {0.5f, 0.1f};
+  Sampler s(SamplingParams{});
+  SampledToken t = s.sample(logits.data(), 2);
+  EXPECT_EQ(t.logprob, 0.0f);
+  EXPECT_TRUE(t.top.empty());
+}
+
+TEST(SamplerExtras, OffLeavesGreedyAndSamplingUnchanged) {
+  std::mt19937 rng(12);
+  auto logits = random_logits(rng, 200);
+  SamplingParams p;
+  Sampler plain(p);
+  plain.start(random_ids(rng, 200, 30), 200, 8);
+  EXPECT_EQ(plain.processed_logits(logits.data(), 200), logits.data());  // no copy at all
+  EXPECT_EQ(plain.sample(logits.data(), 200).id, argmax(logits.data(), 200));
+  // Sampled runs draw the same sequence with and without a history (and with logprobs on).
+  p.temperature = 0.8f;
+  p.top_p = 0.9f;
+  p.seed = 77;
+  Sampler a(p);
+  p.logprobs = true;
+  p.top_logprobs = 3;
+  Sampler b(p);
+  b.start(random_ids(rng, 200, 30), 200, 8);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(a.sample(logits.data(), 200).id, b.sample(logits.data(), 200).id);
+}
+
+TEST(SamplerExtras, SameSeedSameDrawsWithPenalties) {
+  std::mt19937 rng(13);
+  auto logits = random_logits(rng, 100);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 3;
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.7f;
+  p.frequency_penalty = 0.3f;
+  Sampler a(p), b(p);
+  std::vector<int32_t> prompt = {1, 2, 3};
+  a.start(prompt, 100, 50);
+  b.start(prompt, 100, 50);
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(a.sample(logits.data(), 100).id, b.sample(logits.data(), 100).id);
 }
 
 }  // namespace
