@@ -31,16 +31,11 @@ struct CompletionParams {
   std::optional<bool> thinking;     // the request's enable_thinking, when it says
   std::string prompt;               // completions: the prompt text
   std::optional<int64_t> max_tokens;
-  SamplingParams sampling;
-  float repetition_penalty = 1.0f;  // HF semantics over prompt + output; 1 = off
-  float presence_penalty = 0.0f;    // OpenAI semantics over the output
-  float frequency_penalty = 0.0f;
-  std::vector<std::pair<int32_t, float>> logit_bias;  // token id → added to its logit
+  SamplingParams sampling;          // warpers, penalties, logit_bias, logprobs
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;          // vLLM's extension: keep going past end-of-sequence ids
-  int logprobs = -1;                // -1: off; else how many alternatives (top_logprobs) per token
 };
 
 }  // namespace kettle::server

@@ -91,17 +91,26 @@ void EngineWorker::run(Job& job) {
 
   StreamDecoder decoder(tokenizer_);
   StopMatcher matcher(job.stop);
-  auto emit = [&](std::string text) {
-    if (text.empty()) return;
+  auto emit = [&](std::string text, std::vector<TokenLogprob> logprobs = {}) {
+    if (text.empty() && logprobs.empty()) return;
     Event e;
     e.text = std::move(text);
+    e.logprobs = std::move(logprobs);
     channel.push(std::move(e));
   };
+  auto token_text = [&](int32_t id) { return tokenizer_.decode({id}); };
   auto on_token = [&](const SampledToken& sampled) {
     const int32_t token = sampled.id;
     if (matcher.stopped()) return;
     bool is_eos = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
-    if (!is_eos) emit(matcher.push(decoder.push(token)));
+    if (is_eos) return;
+    std::vector<TokenLogprob> logprobs;
+    if (job.sampling.logprobs) {
+      TokenLogprob lp{token, token_text(token), sampled.logprob, {}};
+      for (const kettle::TokenLogprob& alt : sampled.top) lp.top.push_back({alt.id, token_text(alt.id), alt.logprob});
+      logprobs.push_back(std::move(lp));
+    }
+    emit(matcher.push(decoder.push(token)), std::move(logprobs));
   };
   request.should_stop = [&] { return channel.cancelled() || matcher.stopped(); };
 

@@ -139,7 +139,6 @@ HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
   p.job.sampling = params.sampling;
   p.job.stop = params.stop;
   p.job.ignore_eos = params.ignore_eos;
-  p.job.logprobs = params.logprobs;
   p.job.channel = std::make_shared<EventChannel>();
   p.format = response_format(api, params);
   return p;

@@ -138,10 +138,10 @@ void parse_sampling(const ordered_json& body, const RequestContext& ctx, Complet
   } else {
     p.sampling.seed = std::random_device{}();
   }
-  if (auto x = number_field(body, "presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*x);
-  if (auto x = number_field(body, "frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*x);
-  if (auto x = number_field(body, "repetition_penalty", 0.01, 100.0)) p.repetition_penalty = static_cast<float>(*x);
-  p.logit_bias = check_logit_bias(body, ctx.vocab_size);
+  if (auto x = number_field(body, "presence_penalty", -2.0, 2.0)) p.sampling.presence_penalty = static_cast<float>(*x);
+  if (auto x = number_field(body, "frequency_penalty", -2.0, 2.0)) p.sampling.frequency_penalty = static_cast<float>(*x);
+  if (auto x = number_field(body, "repetition_penalty", 0.01, 100.0)) p.sampling.repetition_penalty = static_cast<float>(*x);
+  p.sampling.logit_bias = check_logit_bias(body, ctx.vocab_size);
 }
 
 void parse_logprobs(const ordered_json& body, bool chat, CompletionParams& p) {
@@ -149,9 +149,11 @@ void parse_logprobs(const ordered_json& body, bool chat, CompletionParams& p) {
     const bool on = bool_field(body, "logprobs").value_or(false);
     std::optional<int64_t> top = int_field(body, "top_logprobs", 0, 20);
     if (top && !on) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
-    if (on) p.logprobs = static_cast<int>(top.value_or(0));
+    p.sampling.logprobs = on;
+    p.sampling.top_logprobs = static_cast<int>(top.value_or(0));
   } else if (auto n = int_field(body, "logprobs", 0, 5)) {
-    p.logprobs = static_cast<int>(*n);
+    p.sampling.logprobs = true;
+    p.sampling.top_logprobs = static_cast<int>(*n);
   }
 }
 
@@ -279,7 +281,7 @@ class OpenAiFormat : public ResponseFormat {
  public:
   OpenAiFormat(ResponseMeta meta, const CompletionParams& params)
       : meta_(std::move(meta)), chat_(params.chat), include_usage_(params.include_usage),
-        logprobs_(params.chat, params.logprobs) {}
+        logprobs_(params.chat, params.sampling.logprobs ? params.sampling.top_logprobs : -1) {}
 
   std::string error_body(const ApiError& error) const override { return openai_error_body(error); }
 

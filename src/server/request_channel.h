@@ -73,7 +73,6 @@ struct Job {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (the eos ids always stop)
   bool ignore_eos = false;
-  int logprobs = -1;              // -1: none; else alternatives per token
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
   std::shared_ptr<EventChannel> channel;
 };
