@@ -61,7 +61,7 @@ nlohmann::ordered_json special_tokens_of(const nlohmann::ordered_json& config) {
 ChatTemplate::Compiled ChatTemplate::compile(std::string name, std::string origin, const std::string& source) {
   try {
     auto body = std::make_shared<jinja::Body>(jinja::parse_template(source));
-    return Compiled{std::move(name), std::move(origin), std::move(body)};
+    return Compiled{std::move(name), std::move(origin), source, std::move(body)};
   } catch (const Error& e) {
     throw Error(e.category(), origin + ": " + e.what());
   }
