@@ -43,6 +43,9 @@ class ChatTemplate {
 
   // Names of the templates held ("" for a single unnamed one).
   std::vector<std::string> names() const;
+  // The Jinja source render() uses for a request with or without tools (for
+  // detect_output_format in chat/output_parser.h).
+  const std::string& source(bool has_tools) const { return select(has_tools).source; }
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
 
  private:

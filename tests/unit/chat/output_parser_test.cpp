@@ -7,6 +7,8 @@
 
 #include <random>
 
+#include "chat/chat_template.h"
+
 namespace kettle {
 namespace {
 
@@ -312,6 +314,19 @@ TEST(OutputParser, DetectFormatFromTemplateSource) {
   std::string r1_first = "{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}";
   EXPECT_TRUE(detect_output_format(r1_first).reasoning);
   EXPECT_EQ(detect_output_format("{% for m in messages %}{{ m.content }}{% endfor %}"), OutputFormat{});
+}
+
+TEST(OutputParser, DetectFormatFromALoadedTemplate) {
+  std::string source =
+      "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+      "{%- if tools %}<tools>{{ tools | tojson }}</tools> answer with <tool_call>{...}</tool_call>{%- endif %}"
+      "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{%- endif %}";
+  ChatTemplate tmpl = ChatTemplate::from_source(source);
+  EXPECT_EQ(tmpl.source(true), source);
+  EXPECT_EQ(detect_output_format(tmpl.source(true)), (OutputFormat{ToolCallFormat::kHermes, true}));
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_TRUE(prompt_opens_reasoning(tmpl.render(messages, nullptr, true)));
+  EXPECT_FALSE(prompt_opens_reasoning(tmpl.render(messages, nullptr, false)));
 }
 
 // ---- the streaming property --------------------------------------------------------------
