@@ -182,9 +182,3 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
 }
 
 }  // namespace kettle
-
-namespace kettle {
-
-std::string ChatTemplate::source(bool has_tools) const { return select(has_tools).source; }
-
-}  // namespace kettle

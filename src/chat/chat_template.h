@@ -38,9 +38,6 @@ class ChatTemplate {
                      bool add_generation_prompt,
                      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
-  // The Jinja source rendered for a request with or without tools (what the model was taught to write).
-  std::string source(bool has_tools) const;
-
   // Names of the templates held ("" for a single unnamed one).
   std::vector<std::string> names() const;
   // The Jinja source render() uses for a request with or without tools (for

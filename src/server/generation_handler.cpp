@@ -84,6 +84,7 @@ HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
   RequestContext ctx{config_.model_id, config_.vocab_size, config_.sampling};
   nlohmann::ordered_json body = parse_body(req.body);
   p.params = api == Api::kMessages ? parse_anthropic_request(body, ctx) : parse_openai_request(body, api == Api::kChat, ctx);
+  validate_sampling(p.params.sampling, config_.vocab_size);  // the engine's own checks, answered before queueing
   const CompletionParams& params = p.params;
   const char* prompt_field = params.chat ? "messages" : "prompt";
 

@@ -5,6 +5,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 
 import { kettle, sleep, startServer, stopServer } from '../support/kettle_server.mjs';
@@ -19,6 +22,7 @@ before(async () => {
 after(() => stopServer(server));
 
 const question = 'What is a kettle?';
+const demoModel = new URL('../../models/kettle-demo', import.meta.url).pathname;
 
 function generateJson(args) {
   return JSON.parse(execFileSync(kettle, ['generate', ...args, '--temp', '0', '--json'], { encoding: 'utf8' }));
@@ -151,4 +155,62 @@ test('SIGTERM during a stream: the stream ends and the process exits 0', async (
   } finally {
     stopServer(own);
   }
+});
+
+test('logprobs: the first token\'s equals log-softmax of the prompt\'s last logits (kettle generate --dump-logits)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kettle-lp-'));
+  try {
+    const dump = join(dir, 'logits.f32');
+    const reference = generateJson(['--chat', question, '--max-tokens', '4', '--dump-logits', dump]);
+    const raw = readFileSync(dump);
+    const all = new Float32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4);
+    const vocab = all.length / reference.prompt_tokens;
+    const last = Array.from(all.subarray(all.length - vocab));
+    const max = Math.max(...last);
+    const logZ = max + Math.log(last.reduce((s, x) => s + Math.exp(x - max), 0));
+    const r = await client.chat.completions.create({
+      messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 4, logprobs: true, top_logprobs: 3,
+    });
+    const content = r.choices[0].logprobs.content;
+    assert.equal(content.length, reference.completion_tokens);
+    assert.ok(Math.abs(content[0].logprob - (last[reference.token_ids[0]] - logZ)) < 1e-4);
+    for (const t of content) {
+      assert.equal(t.top_logprobs.length, 3);
+      assert.equal(t.top_logprobs[0].token, t.token);  // greedy: the most likely one
+      assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+      assert.deepEqual(t.bytes, [...Buffer.from(t.token)]);
+    }
+    assert.equal(content.map((t) => t.token).join(''), r.choices[0].message.content);
+    const c = await client.completions.create({ prompt: 'Once upon a time', temperature: 0, max_tokens: 3, logprobs: 2 });
+    const lp = c.choices[0].logprobs;
+    assert.equal(lp.tokens.length, 3);
+    assert.equal(lp.token_logprobs.length, 3);
+    assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
+    assert.deepEqual(lp.text_offset, [0, lp.tokens[0].length, lp.tokens[0].length + lp.tokens[1].length]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('logit_bias bans and forces tokens; penalties reach the sampler as in `kettle generate`', async () => {
+  const base = { messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 6, ignore_eos: true };
+  const plain = generateJson(['--chat', question, '--max-tokens', '6', '--ignore-eos']);
+  const first = await client.chat.completions.create({ ...base, logprobs: true });
+  assert.equal(first.choices[0].message.content, plain.text);
+  const bannedText = first.choices[0].logprobs.content[0].token;
+  const r = await client.chat.completions.create({ ...base, logprobs: true, logit_bias: { [plain.token_ids[0]]: -100 } });
+  assert.notEqual(r.choices[0].logprobs.content[0].token, bannedText);
+  const forcedText = JSON.parse(execFileSync(kettle, ['tokenize', '--tokenizer', demoModel, '--decode', '300', '--json'], { encoding: 'utf8' }));
+  const forced = await client.chat.completions.create({ ...base, logit_bias: { 300: 100 } });
+  assert.equal(forced.usage.completion_tokens, 6);
+  assert.equal(forced.choices[0].message.content, forcedText.repeat(6));
+  for (const [flag, field, value] of [['--repetition-penalty', 'repetition_penalty', 1.8],
+    ['--frequency-penalty', 'frequency_penalty', 1.5], ['--presence-penalty', 'presence_penalty', 1.5]]) {
+    const reference = generateJson(['--chat', question, '--max-tokens', '24', '--ignore-eos', flag, String(value)]);
+    const got = await client.chat.completions.create({ ...base, max_tokens: 24, [field]: value });
+    assert.equal(got.choices[0].message.content, reference.text, field);
+  }
+  const unpenalized = generateJson(['--chat', question, '--max-tokens', '24', '--ignore-eos']);
+  const penalized = generateJson(['--chat', question, '--max-tokens', '24', '--ignore-eos', '--repetition-penalty', '1.8']);
+  assert.notEqual(penalized.text, unpenalized.text);
 });
