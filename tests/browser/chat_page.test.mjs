@@ -4,11 +4,13 @@
 // model shown, the conversation restored after a reload, and Stop mid-stream.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
 import { sleep, startServer, stopServer } from '../support/kettle_server.mjs';
+import { writeScriptedModel, THINK_AND_ANSWER } from '../support/scripted_model.mjs';
 
 const chromiumPath = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 
@@ -128,4 +130,30 @@ test('markdown is rendered from escaped text; <think> goes in a collapsed <detai
   assert.equal(await msg.locator('details.think').getAttribute('open'), null);
   assert.match(await msg.locator('details.think').textContent(), /plan it/);
   await page.click('#new-chat');
+});
+
+test('a reasoning model\'s reasoning_content streams into the collapsed Thoughts, the answer beside it', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kettle-think-'));
+  const own = await (async () => {
+    await writeScriptedModel(dir, { pieces: THINK_AND_ANSWER, format: 'hermes' });
+    return startServer([dir]);
+  })();
+  try {
+    await page.goto(`${own.base}/`);
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+    await page.fill('#input', 'Hi');
+    await page.click('#send');
+    await idle();
+    const msg = page.locator('.msg.assistant');
+    assert.equal(await msg.locator('details.think').getAttribute('open'), null);
+    assert.equal((await msg.locator('details.think').textContent()).replace(/^Thoughts/, '').trim(), THINK_AND_ANSWER[1]);
+    assert.equal((await msg.locator('.answer').innerText()).trim(), THINK_AND_ANSWER[3]);
+    await page.reload();  // kept in the conversation, reasoning included
+    await page.locator('.msg.assistant details.think').waitFor();
+    assert.equal((await page.locator('.msg.assistant .answer').innerText()).trim(), THINK_AND_ANSWER[3]);
+  } finally {
+    stopServer(own);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
