@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -88,14 +89,15 @@ class CudaBackend final : public Backend {
   // ---- memory ----------------------------------------------------------------
   bool host_memory() const override { return false; }
 
-  // Freed blocks are kept per size and handed out again: the same sequence of
-  // allocations gets the same addresses, so recorded steps keep matching.
+  // Freed blocks are kept per size and handed out again first in, first out: a KV
+  // cache freed and made again gets the same addresses in the same order, so its
+  // recorded decode step matches again.
   void* allocate(size_t bytes) override {
     bytes = round_up(bytes);
     auto& list = free_[bytes];
     if (!list.empty()) {
-      void* p = list.back();
-      list.pop_back();
+      void* p = list.front();
+      list.pop_front();
       return p;
     }
     void* p = nullptr;
@@ -431,7 +433,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   std::string device_name_;
-  std::map<size_t, std::vector<void*>> free_;
+  std::map<size_t, std::deque<void*>> free_;
   std::map<ResidentKey, Tensor> resident_;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
