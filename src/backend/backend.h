@@ -1,9 +1,17 @@
 // Backend: the ops a model forward is made of. Activations are f32 buffers
 // in the backend's memory (row-major, explicit row strides); weights are
-// Tensor views in bf16, f16 or f32. cpu/ and (later) cuda/ implement it.
+// Tensor views the backend can read (`resident`: the host view itself on the
+// CPU, a bf16 copy on the GPU). cpu/ and cuda/ implement it.
+//
+// Per-step values (token ids, positions) are read from backend memory, never
+// passed as host scalars, so a recorded step (`run_step`, a CUDA graph) stays
+// valid when only they change; host integers passed to ops are shapes or
+// upper bounds fixed for the recording.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,10 +57,43 @@ struct MatmulTarget {
   int64_t ldo;
 };
 
+// Where one token's q, k and v sit in the packed projection row [q | k | v].
+struct QkvLayout {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  const Tensor* q_norm = nullptr;  // [head_dim] per-head RMSNorm before RoPE (Qwen3, Gemma3), or nullptr
+  const Tensor* k_norm = nullptr;
+  float norm_eps = 1e-6f;
+  bool norm_add_one = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------
+  // True when backend memory is host memory (ops may read and write host pointers).
+  virtual bool host_memory() const = 0;
+  // Uninitialised backend memory, 256-byte aligned; release gives it back.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* data, size_t bytes) = 0;
+  // Ordered with the ops: to_device may return before the copy lands (the source is
+  // read before it returns); to_host returns once the bytes are in host memory.
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // backend → backend
+  // The view of a weight that ops on this backend read; the backend owns any copy and
+  // keeps it until it is destroyed (one copy per host data pointer).
+  virtual Tensor resident(const Tensor& weight) = 0;
+  // Runs `ops` (a sequence of op calls on fixed buffers). The same `key` promises the
+  // same calls on the same buffers with only buffer contents changed, so a backend may
+  // record them once and replay the recording (CUDA graphs); the CPU just calls ops.
+  virtual void run_step(uint64_t key, const std::function<void()>& ops) = 0;
+  // Device-to-device copy bandwidth (bytes read + written per second), measured now;
+  // 0 where it means nothing (host memory).
+  virtual double measure_copy_bandwidth() { return 0.0; }
 
   // out[n, m] (row stride ldo) = x[n, k] (row stride ldx) · wᵀ (+ bias), w: [m, k], bias: [m].
   virtual void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
@@ -72,6 +113,11 @@ class Backend {
   // x[i] += y[i] for i < n
   virtual void add(float* x, const float* y, int64_t n) = 0;
 
+  // The residual step fused with the next norm: x += y (both [rows, dim], contiguous),
+  // then out = rms_norm(x) as rms_norm does.
+  virtual void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight,
+                            float eps, bool add_one, float* out) = 0;
+
   // Rotates x [n_tokens, n_heads, head_dim] (token stride ld) in place, HF rotate_half layout.
   virtual void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim,
                     const int32_t* positions, const RopeParams& rope) = 0;
@@ -80,12 +126,28 @@ class Backend {
   virtual void gated_activation(const float* gate, const float* up, int64_t n, int64_t width,
                                 int64_t ld, Activation act, float* out, int64_t ldo) = 0;
 
-  // Causal attention for n queries at positions [start, start + n) over the cache rows
-  // [0, start + n). q: [n, n_heads * head_dim] (stride ldq); caches: [pos, n_kv_heads * head_dim]
-  // (stride ld_kv); out: [n, n_heads * head_dim] (stride ldo).
+  // Per token t of qkv [n, (n_heads + 2 n_kv_heads) * head_dim] (stride ld, packed q | k | v):
+  // optional per-head q/k RMSNorm, RoPE of q and k at positions[t], q written to q_out
+  // [n, n_heads * head_dim] (contiguous), k and v written to cache row positions[t]
+  // ([rows, n_kv_heads * head_dim], contiguous). positions: backend memory.
+  virtual void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout,
+                              const int32_t* positions, const RopeParams& rope, float* q_out,
+                              float* k_cache, float* v_cache) = 0;
+
+  // Causal attention: query t (at positions[t], backend memory) sees the cache rows
+  // [0, positions[t]] (the last `sliding_window` of them when set). max_kv bounds
+  // positions[t] + 1 for every t (the grid is sized by it, so a recorded step may pass
+  // the cache's capacity). q: [n, n_heads * head_dim] (stride ldq); caches:
+  // [rows, n_kv_heads * head_dim] (stride ld_kv); out: [n, n_heads * head_dim] (stride ldo).
   virtual void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache,
-                         const float* v_cache, int64_t ld_kv, int64_t start,
-                         const AttentionParams& params, float* out, int64_t ldo) = 0;
+                         const float* v_cache, int64_t ld_kv, const int32_t* positions,
+                         int64_t max_kv, const AttentionParams& params, float* out,
+                         int64_t ldo) = 0;
+
+  // The MLP's first half fused: out[n, inter] (stride ldo) = act(x·gateᵀ + b) * (x·upᵀ + b).
+  // gate.out and up.out are scratch ([n, inter] each) the op may write.
+  virtual void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate,
+                            const MatmulTarget& up, Activation act, float* out, int64_t ldo) = 0;
 
   // x[i] = cap * tanh(x[i] / cap)
   virtual void softcap(float* x, int64_t n, float cap) = 0;
@@ -97,5 +159,11 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+// True when kettle was built with the CUDA backend and a CUDA device is present.
+bool cuda_available();
+// "cpu" or "cuda" ("" or "auto": cuda when available, else cpu). Throws kettle::Error
+// (invalid argument) for an unknown name or a device that is not there.
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads);
 
 }  // namespace kettle

@@ -36,6 +36,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   std::string dump_logits;
   ThreadOption threads;
+  DeviceOption device;
   CLI::Option* seed_opt = nullptr;
 };
 
@@ -80,7 +81,7 @@ int run_generate(const GenerateFlags& flags) {
   double load_ms = load_timer.millis();
   log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
 
-  auto backend = make_cpu_backend(f.threads.resolve());
+  auto backend = make_backend(f.device.device, f.threads.resolve());
   Transformer transformer(model, *backend);
   GenerationRequest request;
   request.prompt = std::move(prompt);
@@ -161,6 +162,7 @@ Action register_generate(CLI::App& app) {
   app.add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");
   app.add_option("--dump-logits", f->dump_logits, "write f32 logits of every prompt position to this file (row-major)");
   f->threads.add_to(app);
+  f->device.add_to(app);
   return [f] { return run_generate(*f); };
 }
 

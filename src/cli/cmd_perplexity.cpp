@@ -31,6 +31,7 @@ struct PerplexityFlags {
   int64_t stride = 0;
   bool json = false;
   ThreadOption threads;
+  DeviceOption device;
 };
 
 std::string read_text(const std::string& path) {
@@ -55,7 +56,7 @@ int run_perplexity(const PerplexityFlags& flags) {
   log::info("model {} loaded in {:.0f} ms; {} tokens in {}", f.model, load_timer.millis(), ids.size(), f.file);
 
   const int64_t stride = f.stride > 0 ? f.stride : f.context / 2;
-  auto backend = make_cpu_backend(f.threads.resolve());
+  auto backend = make_backend(f.device.device, f.threads.resolve());
   Transformer transformer(model, *backend);
   std::optional<ProgressBar> progress_bar;
   PerplexityResult r = perplexity(transformer, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
@@ -90,6 +91,7 @@ Action register_perplexity(CLI::App& app) {
   app.add_option("-s,--stride", f->stride, "tokens between window starts (default: context / 2)");
   app.add_flag("--json", f->json, "print one JSON object");
   f->threads.add_to(app);
+  f->device.add_to(app);
   return [f] { return run_perplexity(*f); };
 }
 

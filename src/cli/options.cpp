@@ -93,4 +93,10 @@ void ThreadOption::add_to(CLI::App& app) {
 
 int ThreadOption::resolve() const { return threads > 0 ? threads : ThreadPool::default_threads(); }
 
+void DeviceOption::add_to(CLI::App& app) {
+  app.add_option("--device", device, "where the model runs: cpu, cuda, or auto (cuda when a GPU is present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+}
+
 }  // namespace kettle::cli

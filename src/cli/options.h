@@ -54,4 +54,10 @@ struct ThreadOption {
   int resolve() const;
 };
 
+// --device cpu|cuda|auto (auto: cuda when built with CUDA and a GPU is present, else cpu).
+struct DeviceOption {
+  std::string device = "auto";
+  void add_to(CLI::App& app);
+};
+
 }  // namespace kettle::cli

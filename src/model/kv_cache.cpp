@@ -10,8 +10,8 @@ void KvCache::reserve(int64_t tokens) {
   int64_t capacity = std::max<int64_t>({tokens, capacity_ * 2, 256});
   for (auto* buffers : {&k_, &v_}) {
     for (auto& buffer : *buffers) {
-      HostBuffer<float> grown(static_cast<size_t>(capacity * kv_size_));
-      if (length_ > 0) std::copy_n(buffer.data(), length_ * kv_size_, grown.data());
+      BackendArray<float> grown(*backend_, static_cast<size_t>(capacity * kv_size_));
+      if (length_ > 0) backend_->copy(grown.data(), buffer.data(), static_cast<size_t>(length_ * kv_size_) * sizeof(float));
       buffer = std::move(grown);
     }
   }

@@ -1,33 +1,38 @@
-// KvCache: one sequence's keys and values, contiguous per layer. (The paged,
-// shared block pool of src/kv/ replaces it for serving many sequences.)
+// KvCache: one sequence's keys and values, contiguous per layer, in the
+// backend's memory (f32). (The paged, shared block pool of src/kv/ replaces
+// it for serving many sequences.)
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "tensor/host_buffer.h"
+#include "backend/backend_array.h"
 
 namespace kettle {
 
 class KvCache {
  public:
-  KvCache(int64_t n_layers, int64_t kv_size) : kv_size_(kv_size), k_(static_cast<size_t>(n_layers)), v_(static_cast<size_t>(n_layers)) {}
+  KvCache(Backend& backend, int64_t n_layers, int64_t kv_size)
+      : backend_(&backend), kv_size_(kv_size), k_(static_cast<size_t>(n_layers)), v_(static_cast<size_t>(n_layers)) {}
 
   int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
   int64_t kv_size() const { return kv_size_; }
   void set_length(int64_t length) { length_ = length; }
 
-  // Makes room for `tokens` positions, keeping what is there.
+  // Makes room for `tokens` positions, keeping what is there. Buffers move only when
+  // the capacity grows (it doubles), so a recorded decode step stays valid between.
   void reserve(int64_t tokens);
 
   float* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }    // [capacity, kv_size]
   float* values(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }  // [capacity, kv_size]
 
  private:
+  Backend* backend_;
   int64_t kv_size_;
   int64_t length_ = 0;
   int64_t capacity_ = 0;
-  std::vector<HostBuffer<float>> k_, v_;
+  std::vector<BackendArray<float>> k_, v_;
 };
 
 }  // namespace kettle

@@ -2,7 +2,8 @@
 //   h = embed(tokens) · embed_scale
 //   per layer: h += [post_norm](attn(norm(h)));  h += [post_norm](mlp(norm(h)))
 //   logits = [softcap](norm(h) · lm_headᵀ)
-// Keys and values are written straight into the cache rows they belong to.
+// Each residual add is fused into the norm that follows it. Keys and values are
+// written straight into the cache rows of their positions.
 #include "model/transformer.h"
 
 #include <algorithm>
@@ -13,135 +14,213 @@ namespace {
 // Optional weights (biases) are empty tensors; ops take them as nullable pointers.
 const Tensor* optional(const Tensor& t) { return t.empty() ? nullptr : &t; }
 
+Tensor resident(Backend& backend, const Tensor& t) { return t.empty() ? t : backend.resident(t); }
+
+// The checkpoint's tensors as the backend reads them; fused gate_up becomes gate and up views.
+ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const ModelWeights& w) {
+  ModelWeights out;
+  out.embed = resident(backend, w.embed);
+  out.final_norm = resident(backend, w.final_norm);
+  out.lm_head = resident(backend, w.lm_head);
+  for (const LayerWeights& l : w.layers) {
+    LayerWeights r;
+    for (auto [dst, src] : {std::pair{&r.attn_norm, &l.attn_norm}, {&r.q, &l.q}, {&r.k, &l.k}, {&r.v, &l.v},
+                            {&r.qkv, &l.qkv}, {&r.q_bias, &l.q_bias}, {&r.k_bias, &l.k_bias}, {&r.v_bias, &l.v_bias},
+                            {&r.qkv_bias, &l.qkv_bias}, {&r.o_bias, &l.o_bias}, {&r.o, &l.o}, {&r.q_norm, &l.q_norm},
+                            {&r.k_norm, &l.k_norm}, {&r.attn_post_norm, &l.attn_post_norm}, {&r.ffn_norm, &l.ffn_norm},
+                            {&r.ffn_post_norm, &l.ffn_post_norm}, {&r.gate, &l.gate}, {&r.up, &l.up},
+                            {&r.gate_bias, &l.gate_bias}, {&r.up_bias, &l.up_bias}, {&r.down_bias, &l.down_bias},
+                            {&r.down, &l.down}, {&r.router, &l.router}})
+      *dst = resident(backend, *src);
+    if (!l.gate_up.empty()) {
+      Tensor both = backend.resident(l.gate_up);
+      r.gate = both.rows(0, spec.intermediate_size);
+      r.up = both.rows(spec.intermediate_size, spec.intermediate_size);
+    }
+    for (const ExpertWeights& e : l.experts)
+      r.experts.push_back({resident(backend, e.gate), resident(backend, e.up), resident(backend, e.down)});
+    out.layers.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace
 
-Transformer::Transformer(const Model& model, Backend& backend) : model_(model), backend_(backend) {
+Transformer::Transformer(const Model& model, Backend& backend)
+    : model_(model), backend_(backend), weights_(resident_weights(backend, model.spec, model.weights)) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,
                                         model.spec.rope_freq_dtype));
     rope_len_.push_back(0);
+    BackendArray<float> freqs(backend, ropes_.back().inv_freq.size());
+    backend.to_device(freqs.data(), ropes_.back().inv_freq.data(), freqs.bytes());
+    rope_freqs_.push_back(std::move(freqs));
+    if (rope_depends_on_length(model.spec.ropes[i])) recordable_ = false;
   }
 }
 
-const RopeTable& Transformer::rope_table(int index, int64_t seq_len) {
-  const RopeSpec& spec = model_.spec.ropes[static_cast<size_t>(index)];
-  auto i = static_cast<size_t>(index);
-  if (rope_depends_on_length(spec) && rope_len_[i] != seq_len) {
+void Transformer::update_ropes(int64_t seq_len) {
+  for (size_t i = 0; i < ropes_.size(); ++i) {
+    const RopeSpec& spec = model_.spec.ropes[i];
+    if (!rope_depends_on_length(spec) || rope_len_[i] == seq_len) continue;
     ropes_[i] = compute_rope_table(spec, model_.spec.head_dim, model_.spec.max_position_embeddings, seq_len,
                                    model_.spec.rope_freq_dtype);
     rope_len_[i] = seq_len;
+    backend_.to_device(rope_freqs_[i].data(), ropes_[i].inv_freq.data(), rope_freqs_[i].bytes());
   }
-  return ropes_[i];
 }
 
-void Transformer::ensure_scratch(int64_t n) {
-  if (n <= scratch_tokens_) return;
+void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
   const ModelSpec& s = model_.spec;
-  const auto count = [n](int64_t width) { return static_cast<size_t>(n * width); };
-  int64_t inter = std::max(s.intermediate_size, s.expert_intermediate_size);
-  hidden_.resize(count(s.hidden_size));
-  normed_.resize(count(s.hidden_size));
-  q_.resize(count(s.q_size()));
-  qkv_.resize(count(s.q_size() + 2 * s.kv_size()));
-  attn_.resize(count(s.q_size()));
-  proj_.resize(count(s.hidden_size));
-  mlp_.resize(count(2 * inter));
-  scratch_tokens_ = n;
+  const bool device = !backend_.host_memory();
+  if (n > scratch_tokens_) {
+    const auto array = [&](int64_t width) { return BackendArray<float>(backend_, static_cast<size_t>(n * width)); };
+    int64_t inter = std::max(s.intermediate_size, s.expert_intermediate_size);
+    hidden_ = array(s.hidden_size);
+    normed_ = array(s.hidden_size);
+    qkv_ = array(s.q_size() + 2 * s.kv_size());
+    q_ = array(s.q_size());
+    attn_ = array(s.q_size());
+    proj_ = array(s.hidden_size);
+    mlp_ = array(2 * inter);
+    host_positions_.resize(static_cast<size_t>(n));
+    if (device) {
+      ids_ = BackendArray<int32_t>(backend_, static_cast<size_t>(n));
+      positions_ = BackendArray<int32_t>(backend_, static_cast<size_t>(n));
+    }
+    scratch_tokens_ = n;
+    ++scratch_epoch_;
+  }
+  if (device && logits_rows > logits_rows_) {
+    logits_ = BackendArray<float>(backend_, static_cast<size_t>(logits_rows * s.vocab_size));
+    logits_rows_ = logits_rows;
+    ++scratch_epoch_;
+  }
+}
+
+// Same key ⇒ same op sequence on the same buffers: the step's shape, the cache's buffers
+// and the scratch generation.
+uint64_t Transformer::step_key(const KvCache& kv) const {
+  uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(static_cast<uint64_t>(step_.n));
+  mix(static_cast<uint64_t>(step_.rows));
+  mix(static_cast<uint64_t>(kv.capacity()));
+  mix(scratch_epoch_);
+  auto& cache = const_cast<KvCache&>(kv);
+  for (int64_t layer = 0; layer < model_.spec.n_layers; ++layer) {
+    mix(reinterpret_cast<uintptr_t>(cache.keys(layer)));
+    mix(reinterpret_cast<uintptr_t>(cache.values(layer)));
+  }
+  return h;
 }
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
   const ModelSpec& s = model_.spec;
-  const ModelWeights& w = model_.weights;
-  ensure_scratch(n);
+  const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
+  const bool host = backend_.host_memory();
+  ensure_scratch(n, rows);
   kv.reserve(kv.length() + n);
-  positions_.resize(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) positions_[static_cast<size_t>(t)] = static_cast<int32_t>(kv.length() + t);
+  const int64_t start = kv.length();
+  update_ropes(start + n);
+  for (int64_t t = 0; t < n; ++t) host_positions_[static_cast<size_t>(t)] = static_cast<int32_t>(start + t);
 
-  backend_.embed(tokens, n, w.embed, s.embed_scale, hidden_.data());
-  for (int64_t layer = 0; layer < s.n_layers; ++layer) {
-    attention_block(layer, n, kv);
-    mlp_block(layer, n);
+  step_ = Step{tokens, host_positions_.data(), n, rows, &kv, logits};
+  if (!host) {
+    backend_.to_device(ids_.data(), tokens, static_cast<size_t>(n) * sizeof(int32_t));
+    backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
+    step_.ids = ids_.data();
+    step_.positions = positions_.data();
+    step_.logits = logits_.data();
   }
-  kv.set_length(kv.length() + n);
-
-  const int64_t first = which == LogitsFor::kAllTokens ? 0 : n - 1;
-  const int64_t rows = n - first;
-  const int64_t h = s.hidden_size;
-  backend_.rms_norm(hidden_.data() + first * h, rows, h, h, w.final_norm, s.rms_norm_eps, s.norm_add_one,
-                    normed_.data(), h);
-  backend_.matmul(normed_.data(), rows, h, w.lm_head, nullptr, logits, s.vocab_size);
-  if (s.final_softcap > 0.0f) backend_.softcap(logits, rows * s.vocab_size, s.final_softcap);
+  if (n == 1 && recordable_)
+    backend_.run_step(step_key(kv), [this] { run_step(); });
+  else
+    run_step();
+  kv.set_length(start + n);
+  if (!host) backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * s.vocab_size) * sizeof(float));
 }
 
-void Transformer::attention_block(int64_t layer, int64_t n, KvCache& kv) {
+void Transformer::run_step() {
   const ModelSpec& s = model_.spec;
-  const LayerWeights& w = model_.weights.layers[static_cast<size_t>(layer)];
-  const LayerSpec& ls = s.layers[static_cast<size_t>(layer)];
-  const int64_t h = s.hidden_size, qs = s.q_size(), kvs = s.kv_size();
-  const int64_t start = kv.length();
-  float* k_rows = kv.keys(layer) + start * kvs;    // [n, kv_size] inside the cache
-  float* v_rows = kv.values(layer) + start * kvs;  // [n, kv_size]
+  const ModelWeights& w = weights_;
+  const int64_t n = step_.n, h = s.hidden_size;
+  backend_.embed(step_.ids, n, w.embed, s.embed_scale, hidden_.data());
+  pending_residual_ = false;
+  for (int64_t layer = 0; layer < s.n_layers; ++layer) {
+    attention_block(layer);
+    mlp_block(layer);
+  }
+  const int64_t first = n - step_.rows;
+  residual_norm(w.final_norm, first, step_.rows);
+  backend_.matmul(normed_.data(), step_.rows, h, w.lm_head, nullptr, step_.logits, s.vocab_size);
+  if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
+}
 
-  backend_.rms_norm(hidden_.data(), n, h, h, w.attn_norm, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
+void Transformer::residual_norm(const Tensor& weight, int64_t first_row, int64_t rows) {
+  const ModelSpec& s = model_.spec;
+  const int64_t h = s.hidden_size;
+  float* x = hidden_.data() + first_row * h;
+  if (pending_residual_)
+    backend_.add_rms_norm(x, proj_.data() + first_row * h, rows, h, weight, s.rms_norm_eps, s.norm_add_one,
+                          normed_.data());
+  else
+    backend_.rms_norm(x, rows, h, h, weight, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
+  pending_residual_ = false;
+}
+
+void Transformer::attention_block(int64_t layer) {
+  const ModelSpec& s = model_.spec;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const LayerSpec& ls = s.layers[static_cast<size_t>(layer)];
+  const int64_t n = step_.n, h = s.hidden_size, qs = s.q_size(), kvs = s.kv_size();
+  const int64_t width = qs + 2 * kvs;  // qkv_ rows: [q | k | v]
+  KvCache& kv = *step_.kv;
+
+  residual_norm(w.attn_norm, 0, n);
   if (!w.qkv.empty()) {
-    const int64_t width = qs + 2 * kvs;
     backend_.matmul(normed_.data(), n, h, w.qkv, optional(w.qkv_bias), qkv_.data(), width);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* row = qkv_.data() + t * width;
-      std::copy_n(row, qs, q_.data() + t * qs);
-      std::copy_n(row + qs, kvs, k_rows + t * kvs);
-      std::copy_n(row + qs + kvs, kvs, v_rows + t * kvs);
-    }
   } else {
-    const MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), q_.data(), qs},
-                                         {&w.k, optional(w.k_bias), k_rows, kvs},
-                                         {&w.v, optional(w.v_bias), v_rows, kvs}};
+    const MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), qkv_.data(), width},
+                                {&w.k, optional(w.k_bias), qkv_.data() + qs, width},
+                                {&w.v, optional(w.v_bias), qkv_.data() + qs + kvs, width}};
     backend_.matmul_many(normed_.data(), n, h, qkv, 3);
   }
-  if (!w.q_norm.empty())
-    backend_.rms_norm(q_.data(), n * s.n_heads, s.head_dim, s.head_dim, w.q_norm, s.rms_norm_eps, s.norm_add_one,
-                      q_.data(), s.head_dim);
-  if (!w.k_norm.empty())
-    backend_.rms_norm(k_rows, n * s.n_kv_heads, s.head_dim, s.head_dim, w.k_norm, s.rms_norm_eps, s.norm_add_one,
-                      k_rows, s.head_dim);
-
-  const RopeTable& table = rope_table(ls.rope, start + n);
-  RopeParams rope{table.inv_freq.data(), table.rotary_dim, table.attention_factor};
-  backend_.rope(q_.data(), n, qs, s.n_heads, s.head_dim, positions_.data(), rope);
-  backend_.rope(k_rows, n, kvs, s.n_kv_heads, s.head_dim, positions_.data(), rope);
+  const RopeTable& table = ropes_[static_cast<size_t>(ls.rope)];
+  RopeParams rope{rope_freqs_[static_cast<size_t>(ls.rope)].data(), table.rotary_dim, table.attention_factor};
+  QkvLayout layout{s.n_heads,       s.n_kv_heads,    s.head_dim, optional(w.q_norm), optional(w.k_norm),
+                   s.rms_norm_eps, s.norm_add_one};
+  backend_.qkv_rope_store(qkv_.data(), n, width, layout, step_.positions, rope, q_.data(), kv.keys(layer),
+                          kv.values(layer));
 
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
-  backend_.attention(q_.data(), n, qs, kv.keys(layer), kv.values(layer), kvs, start, params, attn_.data(), qs);
+  backend_.attention(q_.data(), n, qs, kv.keys(layer), kv.values(layer), kvs, step_.positions, kv.capacity(), params,
+                     attn_.data(), qs);
   backend_.matmul(attn_.data(), n, qs, w.o, optional(w.o_bias), proj_.data(), h);
   if (!w.attn_post_norm.empty())
     backend_.rms_norm(proj_.data(), n, h, h, w.attn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
-  backend_.add(hidden_.data(), proj_.data(), n * h);
+  pending_residual_ = true;
 }
 
-void Transformer::mlp_block(int64_t layer, int64_t n) {
+void Transformer::mlp_block(int64_t layer) {
   const ModelSpec& s = model_.spec;
-  const LayerWeights& w = model_.weights.layers[static_cast<size_t>(layer)];
-  const int64_t h = s.hidden_size;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t n = step_.n, h = s.hidden_size;
 
-  backend_.rms_norm(hidden_.data(), n, h, h, w.ffn_norm, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
+  residual_norm(w.ffn_norm, 0, n);
   if (s.layers[static_cast<size_t>(layer)].moe) {
     MoeParams params{s.experts_per_token, s.norm_topk_prob, s.act};
     backend_.moe(normed_.data(), n, h, w.router, w.experts, params, proj_.data());
   } else {
     const int64_t inter = s.intermediate_size, width = 2 * inter;  // mlp_ rows: [gate | up]
-    if (!w.gate_up.empty()) {
-      backend_.matmul(normed_.data(), n, h, w.gate_up, nullptr, mlp_.data(), width);
-    } else {
-      const MatmulTarget gate_up[] = {{&w.gate, optional(w.gate_bias), mlp_.data(), width},
-                                               {&w.up, optional(w.up_bias), mlp_.data() + inter, width}};
-      backend_.matmul_many(normed_.data(), n, h, gate_up, 2);
-    }
-    backend_.gated_activation(mlp_.data(), mlp_.data() + inter, n, inter, width, s.act, mlp_.data(), width);
+    const MatmulTarget gate{&w.gate, optional(w.gate_bias), mlp_.data(), width};
+    const MatmulTarget up{&w.up, optional(w.up_bias), mlp_.data() + inter, width};
+    backend_.matmul_gated(normed_.data(), n, h, gate, up, s.act, mlp_.data(), width);
     backend_.matmul(mlp_.data(), n, width, w.down, optional(w.down_bias), proj_.data(), h);
   }
   if (!w.ffn_post_norm.empty())
     backend_.rms_norm(proj_.data(), n, h, h, w.ffn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
-  backend_.add(hidden_.data(), proj_.data(), n * h);
+  pending_residual_ = true;
 }
 
 }  // namespace kettle

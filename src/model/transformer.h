@@ -1,11 +1,14 @@
 // Transformer: the one generic decoder forward every family runs, reading
-// its differences from ModelSpec and its tensors from ModelWeights.
+// its differences from ModelSpec and its tensors from ModelWeights. Its
+// scratch and KV cache live in the backend's memory; a single-token step is
+// handed to Backend::run_step so a GPU backend can record it once and replay it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_array.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/rope_config.h"
@@ -20,31 +23,54 @@ class Transformer {
   Transformer(const Model& model, Backend& backend);
 
   const ModelSpec& spec() const { return model_.spec; }
-  KvCache new_cache() const { return KvCache(model_.spec.n_layers, model_.spec.kv_size()); }
+  Backend& backend() { return backend_; }
+  KvCache new_cache() const { return KvCache(backend_, model_.spec.n_layers, model_.spec.kv_size()); }
 
-  // Runs tokens[0, n) at positions [kv.length(), kv.length() + n), appends their keys and
-  // values to kv, and writes logits: [1, vocab] for the last token or [n, vocab] for all.
+  // Runs tokens[0, n) (host memory) at positions [kv.length(), kv.length() + n), appends
+  // their keys and values to kv, and writes logits (host memory): [1, vocab] for the last
+  // token or [n, vocab] for all.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits);
 
  private:
-  void attention_block(int64_t layer, int64_t n, KvCache& kv);
-  void mlp_block(int64_t layer, int64_t n);
-  void ensure_scratch(int64_t n);
-  const RopeTable& rope_table(int index, int64_t seq_len);
+  // What one step reads; a member so the recorded lambda captures only `this`.
+  struct Step {
+    const int32_t* ids = nullptr;        // [n] backend memory
+    const int32_t* positions = nullptr;  // [n] backend memory
+    int64_t n = 0, rows = 0;             // tokens, logits rows
+    KvCache* kv = nullptr;
+    float* logits = nullptr;             // [rows, vocab] backend memory
+  };
+  void run_step();
+  void attention_block(int64_t layer);
+  void mlp_block(int64_t layer);
+  // hidden += proj (when a block's output is pending), then normed = norm(hidden).
+  void residual_norm(const Tensor& weight, int64_t first_row, int64_t rows);
+  void ensure_scratch(int64_t n, int64_t logits_rows);
+  void update_ropes(int64_t seq_len);
+  uint64_t step_key(const KvCache& kv) const;
 
   const Model& model_;
   Backend& backend_;
+  ModelWeights weights_;  // model_.weights as the backend reads them
   std::vector<RopeTable> ropes_;
   std::vector<int64_t> rope_len_;  // the seq_len each table was computed for (length-dependent types)
-  std::vector<int32_t> positions_;
-  int64_t scratch_tokens_ = 0;
-  HostBuffer<float> hidden_;   // [n, hidden] the residual stream
-  HostBuffer<float> normed_;   // [n, hidden]
-  HostBuffer<float> q_;        // [n, q_size]
-  HostBuffer<float> qkv_;      // [n, q_size + 2 kv_size] (fused projections only)
-  HostBuffer<float> attn_;     // [n, q_size]
-  HostBuffer<float> proj_;     // [n, hidden]
-  HostBuffer<float> mlp_;      // [n, 2 inter]
+  std::vector<BackendArray<float>> rope_freqs_;  // [rotary_dim / 2] each, backend memory
+  bool recordable_ = true;         // false when a RoPE table changes with the length
+  Step step_;
+  bool pending_residual_ = false;  // proj_ holds a block output not yet added to hidden_
+  HostBuffer<int32_t> host_positions_;
+  int64_t scratch_tokens_ = 0, logits_rows_ = 0;
+  uint64_t scratch_epoch_ = 0;     // bumped whenever scratch moves (recorded steps go stale)
+  BackendArray<int32_t> ids_;        // [n] (device backends only)
+  BackendArray<int32_t> positions_;  // [n] (device backends only)
+  BackendArray<float> hidden_;   // [n, hidden] the residual stream
+  BackendArray<float> normed_;   // [n, hidden]
+  BackendArray<float> qkv_;      // [n, q_size + 2 kv_size] packed projections
+  BackendArray<float> q_;        // [n, q_size] roped queries
+  BackendArray<float> attn_;     // [n, q_size]
+  BackendArray<float> proj_;     // [n, hidden]
+  BackendArray<float> mlp_;      // [n, 2 inter] [gate | up]
+  BackendArray<float> logits_;   // [rows, vocab] (device backends only)
 };
 
 }  // namespace kettle

@@ -1,4 +1,5 @@
-// Causal softmax attention over a contiguous per-sequence KV cache, with
+// Causal softmax attention over a contiguous per-sequence KV cache (query t
+// sees rows [0, positions[t]]), with
 // grouped-query heads, Gemma-2 score softcapping and sliding windows
 // (Hugging Face semantics: query i sees key j iff 0 <= i - j < window).
 // Softmax in f32 with the running max subtracted, as torch's softmax does.
@@ -29,8 +30,8 @@ inline void axpy(float* y, float a, const float* x, int n) {
 }  // namespace
 
 void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const float* k_cache,
-               const float* v_cache, int64_t ld_kv, int64_t start, const AttentionParams& p,
-               float* out, int64_t ldo) {
+               const float* v_cache, int64_t ld_kv, const int32_t* positions,
+               const AttentionParams& p, float* out, int64_t ldo) {
   const int group = p.n_heads / p.n_kv_heads;
   const int hd = p.head_dim;
   pool.parallel_for(n * p.n_heads, 1, [&](int64_t begin, int64_t end) {
@@ -39,7 +40,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const f
       const int64_t t = item / p.n_heads;
       const int h = static_cast<int>(item % p.n_heads);
       const int kv_h = h / group;
-      const int64_t pos = start + t;
+      const int64_t pos = positions[t];
       const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
       const int64_t count = pos - first + 1;
       scores.resize(static_cast<size_t>(count));

@@ -1,6 +1,9 @@
 // CpuBackend: the reference backend. Owns the thread pool and forwards each
 // Backend op to its file in this folder.
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <new>
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
@@ -14,6 +17,19 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
 
   std::string name() const override { return "cpu"; }
+
+  bool host_memory() const override { return true; }
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void release(void* data, size_t) override { std::free(data); }
+  void to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  Tensor resident(const Tensor& weight) override { return weight; }  // the mmap'd view as it is
+  void run_step(uint64_t, const std::function<void()>& ops) override { ops(); }
 
   void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
               float* out, int64_t ldo) override {
@@ -30,6 +46,20 @@ class CpuBackend final : public Backend {
     cpu::rms_norm(pool_, x, rows, dim, ld, weight, eps, add_one, out, ldo);
   }
   void add(float* x, const float* y, int64_t n) override { cpu::add(pool_, x, y, n); }
+  void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight, float eps,
+                    bool add_one, float* out) override {
+    cpu::add_rms_norm(pool_, x, y, rows, dim, weight, eps, add_one, out);
+  }
+  void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout, const int32_t* positions,
+                      const RopeParams& rope, float* q_out, float* k_cache, float* v_cache) override {
+    cpu::qkv_rope_store(pool_, qkv, n, ld, layout, positions, rope, q_out, k_cache, v_cache);
+  }
+  void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
+                    Activation act, float* out, int64_t ldo) override {
+    const MatmulTarget both[] = {gate, up};
+    cpu_matmul_many(pool_, x, n, ldx, both, 2);
+    cpu::gated_activation(pool_, gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+  }
   void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim,
             const int32_t* positions, const RopeParams& rope) override {
     cpu::rope(pool_, x, n_tokens, ld, n_heads, head_dim, positions, rope);
@@ -39,9 +69,9 @@ class CpuBackend final : public Backend {
     cpu::gated_activation(pool_, gate, up, n, width, ld, act, out, ldo);
   }
   void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache,
-                 int64_t ld_kv, int64_t start, const AttentionParams& params, float* out,
-                 int64_t ldo) override {
-    cpu::attention(pool_, q, n, ldq, k_cache, v_cache, ld_kv, start, params, out, ldo);
+                 int64_t ld_kv, const int32_t* positions, int64_t, const AttentionParams& params,
+                 float* out, int64_t ldo) override {
+    cpu::attention(pool_, q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo);
   }
   void softcap(float* x, int64_t n, float cap) override { cpu::softcap(pool_, x, n, cap); }
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,

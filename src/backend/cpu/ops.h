@@ -26,9 +26,16 @@ void gated_activation(ThreadPool& pool, const float* gate, const float* up, int6
                       int64_t width, int64_t ld, Activation act, float* out, int64_t ldo);
 float activate(Activation act, float x);
 
+void add_rms_norm(ThreadPool& pool, float* x, const float* y, int64_t rows, int64_t dim,
+                  const Tensor& weight, float eps, bool add_one, float* out);
+
+void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout,
+                    const int32_t* positions, const RopeParams& rope, float* q_out, float* k_cache,
+                    float* v_cache);
+
 void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const float* k_cache,
-               const float* v_cache, int64_t ld_kv, int64_t start, const AttentionParams& params,
-               float* out, int64_t ldo);
+               const float* v_cache, int64_t ld_kv, const int32_t* positions,
+               const AttentionParams& params, float* out, int64_t ldo);
 
 void softcap(ThreadPool& pool, float* x, int64_t n, float cap);
 

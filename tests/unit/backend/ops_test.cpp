@@ -128,7 +128,9 @@ TEST_P(OpsTest, AttentionGqaWindowSoftcap) {
       auto k = random_vec(static_cast<size_t>(total * kvs), 5);
       auto v = random_vec(static_cast<size_t>(total * kvs), 6);
       std::vector<float> out(static_cast<size_t>(n * qs), NAN);
-      backend_->attention(q.data(), n, qs, k.data(), v.data(), kvs, start, p, out.data(), qs);
+      std::vector<int32_t> positions;
+      for (int64_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(start + t));
+      backend_->attention(q.data(), n, qs, k.data(), v.data(), kvs, positions.data(), total, p, out.data(), qs);
       std::vector<double> ref;
       reference_attention(q, k, v, n, start, p, ref);
       EXPECT_LE(rel_err(out, ref), 1e-5) << "window " << window << " softcap " << softcap;

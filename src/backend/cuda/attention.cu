@@ -1,0 +1,179 @@
+// Attention over the KV cache, split-K ("flash-decoding"): the keys of each
+// query are cut into chunks; a block scores one chunk for G query heads that
+// share a KV head (GQA: the K/V rows are read once for the group), keeping an
+// online softmax (running max, sum, weighted V) per warp; a second kernel
+// merges the chunks. One chunk only: the block writes the output directly.
+// Query t sees keys [0, positions[t]] (its sliding window when set), with
+// Gemma-2 score softcapping; scores and softmax in f32.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace kettle::cuda {
+namespace {
+
+constexpr int kAttnWarps = 4;
+constexpr int kMaxDimsPerLane = 8;  // head_dim ≤ 256
+constexpr int kKeysPerIter = 4;     // K/V rows each warp loads before using them
+
+int chunk_keys(int64_t n) { return n <= 4 ? 64 : 256; }
+
+template <int G>
+__global__ void __launch_bounds__(kAttnWarps* kWarp)
+    attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k_cache,
+                           const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
+                           AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial) {
+  __shared__ float sm_m[kAttnWarps][G], sm_l[kAttnWarps][G];
+  __shared__ float sm_acc[kAttnWarps][G][kMaxDimsPerLane * kWarp];
+  const int split = blockIdx.x;
+  const int head0 = blockIdx.y * G;
+  const int kvh = head0 / (p.n_heads / p.n_kv_heads);
+  const int64_t t = blockIdx.z;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int hd = p.head_dim;
+  const int64_t pos = positions[t];
+  const int64_t first = p.sliding_window > 0 ? max(int64_t{0}, pos - p.sliding_window + 1) : int64_t{0};
+  const int64_t begin = max(first, static_cast<int64_t>(split) * chunk);
+  const int64_t end = min(pos + 1, static_cast<int64_t>(split + 1) * chunk);
+
+  float qv[G][kMaxDimsPerLane], acc[G][kMaxDimsPerLane], m[G], l[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + i * kWarp;
+      qv[g][i] = d < hd ? q[t * ldq + static_cast<int64_t>(head0 + g) * hd + d] : 0.0f;
+      acc[g][i] = 0.0f;
+    }
+  }
+  const float* k_base = k_cache + static_cast<int64_t>(kvh) * hd;
+  const float* v_base = v_cache + static_cast<int64_t>(kvh) * hd;
+  for (int64_t j0 = begin + warp * kKeysPerIter; j0 < end; j0 += kAttnWarps * kKeysPerIter) {
+    float kr[kKeysPerIter][kMaxDimsPerLane], vr[kKeysPerIter][kMaxDimsPerLane];
+#pragma unroll
+    for (int u = 0; u < kKeysPerIter; ++u) {
+      const int64_t j = j0 + u;
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int d = lane + i * kWarp;
+        const bool ok = j < end && d < hd;
+        kr[u][i] = ok ? k_base[j * ld_kv + d] : 0.0f;
+        vr[u][i] = ok ? v_base[j * ld_kv + d] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysPerIter; ++u) {
+      if (j0 + u >= end) break;  // uniform across the warp
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kMaxDimsPerLane; ++i) s = fmaf(qv[g][i], kr[u][i], s);
+        s = warp_sum(s) * p.scale;
+        if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
+        const float m_new = fmaxf(m[g], s);
+        const float correction = expf(m[g] - m_new), weight = expf(s - m_new);
+        l[g] = l[g] * correction + weight;
+#pragma unroll
+        for (int i = 0; i < kMaxDimsPerLane; ++i) acc[g][i] = fmaf(acc[g][i], correction, weight * vr[u][i]);
+        m[g] = m_new;
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (lane == 0) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) sm_acc[warp][g][lane + i * kWarp] = acc[g][i];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
+    const int g = idx / hd, d = idx % hd;
+    float big = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w)
+      if (sm_l[w][g] > 0.0f) big = fmaxf(big, sm_m[w][g]);
+    float sum = 0.0f, value = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) {
+      if (sm_l[w][g] <= 0.0f) continue;
+      const float f = expf(sm_m[w][g] - big);
+      sum += sm_l[w][g] * f;
+      value += sm_acc[w][g][d] * f;
+    }
+    const int head = head0 + g;
+    if (splits == 1) {
+      out[t * ldo + static_cast<int64_t>(head) * hd + d] = sum > 0.0f ? value / sum : 0.0f;
+    } else {
+      float* slot = partial + ((t * p.n_heads + head) * splits + split) * (hd + 2);
+      slot[d] = value;
+      if (d == 0) {
+        slot[hd] = big;
+        slot[hd + 1] = sum;
+      }
+    }
+  }
+}
+
+// grid (n_heads, n): merges the chunks of one query head.
+__global__ void attention_merge_kernel(const float* __restrict__ partial, int n_heads, int head_dim, int splits,
+                                       float* out, int64_t ldo) {
+  const int head = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const float* slots = partial + (t * n_heads + head) * splits * (head_dim + 2);
+  float big = -INFINITY;
+  for (int s = 0; s < splits; ++s) {
+    const float* slot = slots + s * (head_dim + 2);
+    if (slot[head_dim + 1] > 0.0f) big = fmaxf(big, slot[head_dim]);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float sum = 0.0f, value = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float* slot = slots + s * (head_dim + 2);
+      if (slot[head_dim + 1] <= 0.0f) continue;
+      const float f = expf(slot[head_dim] - big);
+      sum += slot[head_dim + 1] * f;
+      value += slot[d] * f;
+    }
+    out[t * ldo + static_cast<int64_t>(head) * head_dim + d] = sum > 0.0f ? value / sum : 0.0f;
+  }
+}
+
+int heads_per_block(const AttentionParams& p) {
+  const int group = p.n_heads / p.n_kv_heads;
+  for (int g : {4, 3, 2}) if (group % g == 0) return g;
+  return 1;
+}
+
+}  // namespace
+
+int64_t attention_workspace_floats(int64_t n, int64_t max_kv, const AttentionParams& p) {
+  const int64_t splits = (max_kv + chunk_keys(n) - 1) / chunk_keys(n);
+  return splits > 1 ? n * p.n_heads * splits * (p.head_dim + 2) : 0;
+}
+
+void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
+               const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
+               float* workspace, cudaStream_t stream) {
+  if (n == 0) return;
+  const int chunk = chunk_keys(n);
+  const int splits = static_cast<int>(std::max<int64_t>(1, (max_kv + chunk - 1) / chunk));
+  const int g = heads_per_block(p);
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / g), static_cast<unsigned>(n));
+  const int threads = kAttnWarps * kWarp;
+  switch (g) {
+    case 4: attention_chunk_kernel<4><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    case 3: attention_chunk_kernel<3><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    case 2: attention_chunk_kernel<2><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    default: attention_chunk_kernel<1><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+  }
+  if (splits > 1)
+    attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(n)), 128, 0, stream>>>(
+        workspace, p.n_heads, p.head_dim, splits, out, ldo);
+}
+
+}  // namespace kettle::cuda

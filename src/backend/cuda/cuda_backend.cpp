@@ -1,0 +1,457 @@
+// CudaBackend: the Backend ops on one CUDA device, all on one stream.
+// Weights are resident in bf16 (norm weights and biases in f32); activations
+// and the KV cache are f32 in device memory. Decode matmuls are hand-written
+// GEMVs (kernels.h); prefill matmuls are cuBLAS bf16 GEMMs with f32 output.
+// run_step records a step as a CUDA graph on its second sighting (the first
+// runs eagerly, so workspaces are sized outside the capture) and replays it.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail(ErrorCategory::kInternal, "CUDA: {} failed: {}", what, cudaGetErrorString(status));
+}
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail(ErrorCategory::kInternal, "cuBLAS: {} failed: {}", what, cublasGetStatusString(status));
+}
+
+// After each launch: a bad configuration shows up here, not three ops later.
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+const cuda::Bf16* bf16_data(const Tensor& w, const char* op) {
+  if (w.dtype != DType::kBF16) fail(ErrorCategory::kInternal, "cuda {}: weight is {}, not a resident bf16 tensor", op, dtype_name(w.dtype));
+  return static_cast<const cuda::Bf16*>(w.data);
+}
+
+const float* f32_data(const Tensor* w, const char* op) {
+  if (w == nullptr || w->empty()) return nullptr;
+  if (w->dtype != DType::kF32) fail(ErrorCategory::kInternal, "cuda {}: vector weight is {}, not a resident f32 tensor", op, dtype_name(w->dtype));
+  return static_cast<const float*>(w->data);
+}
+
+// A grow-only device buffer for an op's temporaries.
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+struct ExpertTable {
+  void* pointers = nullptr;  // device [3, n_experts] of const Bf16*: gate, up, down
+  int n_experts = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    check(cudaSetDevice(0), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cublasCreate(&cublas_), "cublasCreate");
+    check(cublasSetStream(cublas_, stream_), "cublasSetStream");
+    // A fixed cuBLAS workspace, so GEMMs may be recorded in a graph.
+    check(cudaMalloc(&cublas_workspace_, kCublasWorkspace), "cudaMalloc (cuBLAS workspace)");
+    check(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace), "cublasSetWorkspace");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    device_name_ = prop.name;
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    drop_graphs();
+    for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
+    for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
+    for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
+    for (Workspace* w : {&gemm_x_, &attention_ws_, &moe_ws_}) cudaFree(w->data);
+    cudaFree(cublas_workspace_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  // ---- memory ----------------------------------------------------------------
+  bool host_memory() const override { return false; }
+
+  // Freed blocks are kept per size and handed out again first in, first out: a KV
+  // cache freed and made again gets the same addresses in the same order, so its
+  // recorded decode step matches again.
+  void* allocate(size_t bytes) override {
+    bytes = round_up(bytes);
+    auto& list = free_[bytes];
+    if (!list.empty()) {
+      void* p = list.front();
+      list.pop_front();
+      return p;
+    }
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  void release(void* data, size_t bytes) override {
+    if (data != nullptr) free_[round_up(bytes)].push_back(data);
+  }
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (to device)");
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (device)");
+  }
+
+  Tensor resident(const Tensor& weight) override {
+    if (weight.empty()) return weight;
+    const ResidentKey key{weight.data, weight.dtype, weight.numel()};
+    auto it = resident_.find(key);
+    if (it != resident_.end()) {
+      Tensor view = it->second;
+      view.shape = weight.shape;
+      return view;
+    }
+    // Matrices in bf16 (the GEMV/GEMM operand); vectors (norms, biases) in f32.
+    const bool matrix = weight.rank() >= 2;
+    const DType dtype = matrix ? DType::kBF16 : DType::kF32;
+    const size_t count = static_cast<size_t>(weight.numel());
+    void* device = nullptr;
+    check(cudaMalloc(&device, count * dtype_size(dtype)), "cudaMalloc (weights)");
+    if (weight.dtype == dtype) {
+      check(cudaMemcpy(device, weight.data, count * dtype_size(dtype), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+    } else {
+      std::vector<uint16_t> bits;
+      std::vector<float> values(count);
+      for (size_t i = 0; i < count; ++i) values[i] = element(weight, i);
+      if (matrix) {
+        bits.resize(count);
+        for (size_t i = 0; i < count; ++i) bits[i] = f32_to_bf16(values[i]);
+        check(cudaMemcpy(device, bits.data(), count * 2, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+      } else {
+        check(cudaMemcpy(device, values.data(), count * 4, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+      }
+    }
+    Tensor copy{device, dtype, weight.shape};
+    resident_.emplace(key, copy);
+    return copy;
+  }
+
+  void run_step(uint64_t key, const std::function<void()>& ops) override {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {  // first sighting: run it, sizing workspaces
+      graphs_.emplace(key, nullptr);
+      ops();
+      return;
+    }
+    if (it->second == nullptr) {
+      if (graphs_.size() > kMaxGraphs) {
+        drop_graphs();
+        graphs_.emplace(key, nullptr);
+      }
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      capturing_ = true;
+      try {
+        ops();
+      } catch (...) {
+        capturing_ = false;
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+      }
+      capturing_ = false;
+      check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(graph);
+      graphs_[key] = exec;
+      it = graphs_.find(key);
+    }
+    check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+  }
+
+  double measure_copy_bandwidth() override {
+    const size_t bytes = size_t{1} << 30;
+    void *a = nullptr, *b = nullptr;
+    check(cudaMalloc(&a, bytes), "cudaMalloc (copy test)");
+    check(cudaMalloc(&b, bytes), "cudaMalloc (copy test)");
+    check(cudaMemsetAsync(a, 1, bytes, stream_), "cudaMemset");
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    for (int i = 0; i < 3; ++i) copy(b, a, bytes);  // warm-up
+    const int reps = 20;
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < reps; ++i) copy(i % 2 ? a : b, i % 2 ? b : a, bytes);
+    cudaEventRecord(stop, stream_);
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * static_cast<double>(bytes) * reps / (ms / 1e3);  // read + write
+  }
+
+  // ---- ops -------------------------------------------------------------------
+  void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+              int64_t ldo) override {
+    const MatmulTarget target{&w, bias, out, ldo};
+    matmul_many(x, n, ldx, &target, 1);
+  }
+
+  void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) override {
+    const int64_t k = targets[0].w->dim(1);
+    if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
+      cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
+      for (int i = 0; i < count; ++i)
+        gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
+                   static_cast<int>(targets[i].w->dim(0))};
+      cuda::gemv(gemv, count, x, static_cast<int>(k), stream_);
+      check_launch("gemv");
+      return;
+    }
+    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
+    cuda::to_bf16(x, n, k, ldx, xb, stream_);
+    check_launch("to_bf16");
+    for (int i = 0; i < count; ++i) gemm(xb, n, k, targets[i]);
+  }
+
+  void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
+                    Activation act, float* out, int64_t ldo) override {
+    const int64_t k = gate.w->dim(1);
+    if (n == 1 && cuda::gemv_supported(k)) {
+      const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
+                               static_cast<int>(gate.w->dim(0))};
+      const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
+                               static_cast<int>(up.w->dim(0))};
+      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), out, stream_);
+      check_launch("gemv_gated");
+      return;
+    }
+    const MatmulTarget both[] = {gate, up};
+    matmul_many(x, n, ldx, both, 2);
+    gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+  }
+
+  void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
+    cuda::embed(ids, n, bf16_data(table, "embed"), table.dim(1), scale, out, stream_);
+    check_launch("embed");
+  }
+
+  void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const Tensor& weight, float eps, bool add_one,
+                float* out, int64_t ldo) override {
+    cuda::rms_norm(x, rows, dim, ld, f32_data(&weight, "rms_norm"), eps, add_one, out, ldo, stream_);
+    check_launch("rms_norm");
+  }
+
+  void add(float* x, const float* y, int64_t n) override {
+    cuda::add(x, y, n, stream_);
+    check_launch("add");
+  }
+
+  void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight, float eps,
+                    bool add_one, float* out) override {
+    cuda::add_rms_norm(x, y, rows, dim, f32_data(&weight, "add_rms_norm"), eps, add_one, out, stream_);
+    check_launch("add_rms_norm");
+  }
+
+  void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
+            const RopeParams& rope) override {
+    cuda::rope(x, n_tokens, ld, n_heads, head_dim, positions, rope.inv_freq, rope.rotary_dim, rope.attention_factor,
+               stream_);
+    check_launch("rope");
+  }
+
+  void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& l, const int32_t* positions,
+                      const RopeParams& rope, float* q_out, float* k_cache, float* v_cache) override {
+    cuda::qkv_rope_store(qkv, n, ld, l.n_heads, l.n_kv_heads, l.head_dim, f32_data(l.q_norm, "qkv_rope_store"),
+                         f32_data(l.k_norm, "qkv_rope_store"), l.norm_eps, l.norm_add_one, positions, rope.inv_freq,
+                         rope.rotary_dim, rope.attention_factor, q_out, k_cache, v_cache, stream_);
+    check_launch("qkv_rope_store");
+  }
+
+  void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,
+                        float* out, int64_t ldo) override {
+    cuda::gated_activation(gate, up, n, width, ld, act, out, ldo, stream_);
+    check_launch("gated_activation");
+  }
+
+  void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
+                 const int32_t* positions, int64_t max_kv, const AttentionParams& params, float* out,
+                 int64_t ldo) override {
+    if (params.head_dim > 256) fail(ErrorCategory::kUnsupported, "cuda attention: head_dim {} > 256", params.head_dim);
+    const int64_t floats = cuda::attention_workspace_floats(n, max_kv, params);
+    auto* ws = static_cast<float*>(grow(attention_ws_, static_cast<size_t>(floats) * sizeof(float)));
+    cuda::attention(q, n, ldq, k_cache, v_cache, ld_kv, positions, max_kv, params, out, ldo, ws, stream_);
+    check_launch("attention");
+  }
+
+  void softcap(float* x, int64_t n, float cap) override {
+    cuda::softcap(x, n, cap, stream_);
+    check_launch("softcap");
+  }
+
+  void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router, const std::vector<ExpertWeights>& experts,
+           const MoeParams& params, float* out) override {
+    const int n_experts = static_cast<int>(router.dim(0));
+    const int64_t inter = experts.at(0).gate.dim(0);
+    const int k = params.top_k;
+    // workspace: router logits [n, E] | weights [n, k] | ids [n, k] | h [n, k, inter]
+    const size_t logits_bytes = static_cast<size_t>(n * n_experts) * 4, pair_bytes = static_cast<size_t>(n * k) * 4;
+    auto* base = static_cast<char*>(
+        grow(moe_ws_, logits_bytes + 2 * pair_bytes + static_cast<size_t>(n * k * inter) * 4 + 1024));
+    auto* logits = reinterpret_cast<float*>(base);
+    auto* weights = reinterpret_cast<float*>(base + logits_bytes);
+    auto* ids = reinterpret_cast<int32_t*>(base + logits_bytes + pair_bytes);
+    auto* h = reinterpret_cast<float*>(base + logits_bytes + 2 * pair_bytes);
+    matmul(x, n, hidden, router, nullptr, logits, n_experts);
+    cuda::route_top_k(logits, n, n_experts, k, params.renormalize, ids, weights, stream_);
+    check_launch("route_top_k");
+    const auto** table = expert_table(experts);
+    cuda::moe_gate_up(x, n, hidden, ids, k, table, table + n_experts, inter, params.act, h, stream_);
+    check_launch("moe_gate_up");
+    cuda::moe_down(h, n, inter, ids, weights, k, table + 2 * n_experts, hidden, out, stream_);
+    check_launch("moe_down");
+  }
+
+ private:
+  static constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  static constexpr size_t kMaxGraphs = 64;
+
+  struct ResidentKey {
+    const void* data;
+    DType dtype;
+    int64_t numel;
+    bool operator<(const ResidentKey& o) const {
+      if (data != o.data) return data < o.data;
+      if (dtype != o.dtype) return dtype < o.dtype;
+      return numel < o.numel;
+    }
+  };
+
+  static size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  static float element(const Tensor& t, size_t i) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    switch (t.dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, p + i * 4, 4);
+        return f;
+      }
+      case DType::kF16: {
+        uint16_t b;
+        std::memcpy(&b, p + i * 2, 2);
+        return f16_to_f32(b);
+      }
+      case DType::kBF16: {
+        uint16_t b;
+        std::memcpy(&b, p + i * 2, 2);
+        return bf16_to_f32(b);
+      }
+    }
+    return 0.0f;
+  }
+
+  // A workspace at least `bytes` long. Growing it frees the old one, which recorded
+  // steps may point at, so they are dropped (never while recording: the first, eager
+  // run of every step sizes its workspaces).
+  void* grow(Workspace& w, size_t bytes) {
+    if (bytes <= w.bytes) return w.data;
+    if (capturing_) fail(ErrorCategory::kInternal, "cuda: a workspace grew while recording a step");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    drop_graphs();
+    cudaFree(w.data);
+    w.bytes = round_up(std::max(bytes, w.bytes * 2));
+    check(cudaMalloc(&w.data, w.bytes), "cudaMalloc (workspace)");
+    return w.data;
+  }
+
+  void drop_graphs() {
+    for (auto& [key, exec] : graphs_)
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  // out (row stride ldo) = x · wᵀ (+ bias): cuBLAS sees the row-major product as the
+  // column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
+  void gemm(const cuda::Bf16* xb, int64_t n, int64_t k, const MatmulTarget& t) {
+    const int64_t m = t.w->dim(0);
+    const float one = 1.0f, zero = 0.0f;
+    check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+                       static_cast<int>(k), &one, bf16_data(*t.w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
+                       CUDA_R_16BF, static_cast<int>(k), &zero, t.out, CUDA_R_32F, static_cast<int>(t.ldo),
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+    if (const float* b = f32_data(t.bias, "matmul")) {
+      cuda::add_bias(t.out, n, m, t.ldo, b, stream_);
+      check_launch("add_bias");
+    }
+  }
+
+  // Device table [gate pointers | up pointers | down pointers] for one layer's experts.
+  const cuda::Bf16** expert_table(const std::vector<ExpertWeights>& experts) {
+    const void* key = experts.front().gate.data;  // a layer's experts, by their resident address
+    auto it = expert_tables_.find(key);
+    if (it == expert_tables_.end()) {
+      const size_t e = experts.size();
+      std::vector<const cuda::Bf16*> host(3 * e);
+      for (size_t i = 0; i < e; ++i) {
+        host[i] = bf16_data(experts[i].gate, "moe");
+        host[e + i] = bf16_data(experts[i].up, "moe");
+        host[2 * e + i] = bf16_data(experts[i].down, "moe");
+      }
+      ExpertTable table{nullptr, static_cast<int>(e)};
+      if (capturing_) fail(ErrorCategory::kInternal, "cuda: expert table built while recording a step");
+      check(cudaMalloc(&table.pointers, host.size() * sizeof(void*)), "cudaMalloc (expert table)");
+      check(cudaMemcpy(table.pointers, host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice),
+            "cudaMemcpy (expert table)");
+      it = expert_tables_.emplace(key, table).first;
+    }
+    return static_cast<const cuda::Bf16**>(it->second.pointers);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  std::string device_name_;
+  std::map<size_t, std::deque<void*>> free_;
+  std::map<ResidentKey, Tensor> resident_;
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+  std::unordered_map<const void*, ExpertTable> expert_tables_;
+  bool capturing_ = false;
+  Workspace gemm_x_, attention_ws_, moe_ws_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace kettle

@@ -1,0 +1,80 @@
+// Launchers of the CUDA backend's kernels, one .cu file per op family. Plain
+// C++ types only (weights as raw bf16 bits), so host code needs no CUDA
+// headers beyond cudaStream_t. All pointers are device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace kettle::cuda {
+
+using Bf16 = uint16_t;  // storage of __nv_bfloat16
+
+// ---- matmul.cu: decode GEMV (n = 1) -------------------------------------------
+struct GemvTarget {
+  const Bf16* w = nullptr;      // [rows, k]
+  const float* bias = nullptr;  // [rows] or nullptr
+  float* out = nullptr;         // [rows]
+  int rows = 0;
+};
+constexpr int kMaxGemvTargets = 4;
+bool gemv_supported(int64_t k);  // k a multiple of 8 (16-byte rows)
+// targets[i].out = W_i · x (+ b_i) for each target, in one launch.
+void gemv(const GemvTarget* targets, int count, const float* x, int k, cudaStream_t stream);
+// out[i] = act(gate_i · x + bg) * (up_i · x + bu), one launch.
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
+                cudaStream_t stream);
+// out[n, k] (dense) = bf16(x[n, k] (stride ldx)): the GEMM's activation operand.
+void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
+// out[t, i] (stride ldo) += bias[i] for t < n, i < m.
+void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, cudaStream_t stream);
+
+// ---- norm.cu ---------------------------------------------------------------------
+void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
+              float* out, int64_t ldo, cudaStream_t stream);
+void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const float* w, float eps, bool add_one,
+                  float* out, cudaStream_t stream);
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+void embed(const int32_t* ids, int64_t n, const Bf16* table, int64_t dim, float scale, float* out,
+           cudaStream_t stream);
+
+// ---- activation.cu -----------------------------------------------------------------
+void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,
+                      float* out, int64_t ldo, cudaStream_t stream);
+
+// ---- rope.cu -----------------------------------------------------------------------
+void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, int rotary_dim, float attention_factor, cudaStream_t stream);
+void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
+                    const float* q_norm, const float* k_norm, float eps, bool add_one, const int32_t* positions,
+                    const float* inv_freq, int rotary_dim, float attention_factor, float* q_out, float* k_cache,
+                    float* v_cache, cudaStream_t stream);
+
+// ---- attention.cu --------------------------------------------------------------------
+// Floats of workspace attention() needs for these sizes.
+int64_t attention_workspace_floats(int64_t n, int64_t max_kv, const AttentionParams& p);
+void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
+               const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
+               float* workspace, cudaStream_t stream);
+
+// ---- moe.cu -----------------------------------------------------------------------------
+// Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
+// renormalised when asked. Writes ids [n, top_k] and weights [n, top_k], sorted by expert id.
+void route_top_k(const float* logits, int64_t n, int n_experts, int top_k, bool renormalize, int32_t* ids,
+                 float* weights, cudaStream_t stream);
+// h[t, s, i] = act(gate_e · x_t) * (up_e · x_t) for e = ids[t, s]; expert e's weights at
+// gate[e], up[e] (device arrays of device pointers).
+void moe_gate_up(const float* x, int64_t n, int64_t hidden, const int32_t* ids, int top_k, const Bf16* const* gate,
+                 const Bf16* const* up, int64_t inter, Activation act, float* h, cudaStream_t stream);
+// out[t] = Σ_s weights[t, s] · down_e · h[t, s] (expert order), e = ids[t, s].
+void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, const float* weights, int top_k,
+              const Bf16* const* down, int64_t hidden, float* out, cudaStream_t stream);
+
+// ---- sampling.cu ---------------------------------------------------------------------------
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
+
+}  // namespace kettle::cuda

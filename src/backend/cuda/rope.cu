@@ -1,0 +1,91 @@
+// RoPE (HF rotate_half layout, angles as float32 position × float32 inv_freq,
+// as torch computes them) and the fused step after the q/k/v projection:
+// per-head q/k RMSNorm, rotation, q to its buffer, k and v into the cache row
+// of the token's position (read from device memory, so a recorded step can
+// be replayed at the next position).
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace kettle::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+constexpr int kHeadThreads = 128;
+
+__global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int half, float attention_factor) {
+  const int64_t t = blockIdx.x;
+  float* v = x + t * ld + static_cast<int64_t>(blockIdx.y) * head_dim;
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle) * attention_factor, s = sinf(angle) * attention_factor;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+// grid (n, n_heads + 2 n_kv_heads): one block per head of q, k or v of one token.
+__global__ void __launch_bounds__(kHeadThreads)
+    qkv_rope_store_kernel(const float* __restrict__ qkv, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
+                          const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps, bool add_one,
+                          const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int half,
+                          float attention_factor, float* q_out, float* k_cache, float* v_cache) {
+  __shared__ float head[kMaxHeadDim];
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int64_t pos = positions[t];
+  const int64_t kvs = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const bool is_q = h < n_heads, is_k = !is_q && h < n_heads + n_kv_heads;
+  const float* src = qkv + t * ld + static_cast<int64_t>(h) * head_dim;  // [q | k | v] heads are contiguous
+  float* dst = is_q   ? q_out + (t * n_heads + h) * head_dim
+               : is_k ? k_cache + pos * kvs + static_cast<int64_t>(h - n_heads) * head_dim
+                      : v_cache + pos * kvs + static_cast<int64_t>(h - n_heads - n_kv_heads) * head_dim;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = src[i];
+  const float* norm = is_q ? q_norm : is_k ? k_norm : nullptr;
+  if (norm != nullptr) {  // uniform per block
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss = fmaf(head[i], head[i], ss);
+    ss = block_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x)
+      head[i] = (add_one ? 1.0f + norm[i] : norm[i]) * (head[i] * inv);
+  }
+  __syncthreads();
+  if (!is_q && !is_k) {
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = head[i];
+    return;
+  }
+  const float p = static_cast<float>(pos);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = p * inv_freq[i];
+    const float c = cosf(angle) * attention_factor, s = sinf(angle) * attention_factor;
+    const float a = head[i], b = head[i + half];
+    dst[i] = a * c - b * s;
+    dst[i + half] = b * c + a * s;
+  }
+  for (int i = 2 * half + threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = head[i];  // unrotated tail
+}
+
+}  // namespace
+
+void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
+          const float* inv_freq, int rotary_dim, float attention_factor, cudaStream_t stream) {
+  if (n_tokens == 0) return;
+  rope_kernel<<<dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads)), 64, 0, stream>>>(
+      x, ld, head_dim, positions, inv_freq, rotary_dim / 2, attention_factor);
+}
+
+void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
+                    const float* q_norm, const float* k_norm, float eps, bool add_one, const int32_t* positions,
+                    const float* inv_freq, int rotary_dim, float attention_factor, float* q_out, float* k_cache,
+                    float* v_cache, cudaStream_t stream) {
+  if (n == 0) return;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads + 2 * n_kv_heads));
+  qkv_rope_store_kernel<<<grid, kHeadThreads, 0, stream>>>(qkv, ld, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps,
+                                                           add_one, positions, inv_freq, rotary_dim / 2,
+                                                           attention_factor, q_out, k_cache, v_cache);
+}
+
+}  // namespace kettle::cuda
