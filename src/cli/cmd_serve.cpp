@@ -64,7 +64,9 @@ struct ServeFlags {
   std::string thinking = "on";
   int max_queue = 64;
   double drain_seconds = 10.0;
+  double prompt_cache_gb = 8.0;
   ThreadOption threads;
+  DeviceOption device;
 };
 
 // Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
@@ -84,6 +86,21 @@ void open_browser(const std::string& url) {
     execlp("xdg-open", "xdg-open", url.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+}
+
+// The prefix cache's cap: the flag, but in host memory never more than a quarter of
+// what is available now, so the default (8 GB) cannot push a small machine into swap.
+size_t prompt_cache_bytes(double gb, const Backend& backend) {
+  auto bytes = static_cast<size_t>(gb * 1e9);
+  if (backend.host_memory()) {
+    const auto available = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    if (bytes > available / 4) {
+      log::info("prompt cache: {:.1f} GB (a quarter of the memory available), not {:.1f} GB",
+                static_cast<double>(available / 4) / 1e9, gb);
+      bytes = available / 4;
+    }
+  }
+  return bytes;
 }
 
 std::string model_id(const std::string& folder) {
@@ -120,7 +137,10 @@ int run_serve(const ServeFlags& flags) {
   config.default_max_tokens = flags.max_tokens;
   config.sampling = flags.sampling.resolve(model.generation);
 
-  server::EngineWorker engine(model, tokenizer, flags.threads.resolve());
+  std::unique_ptr<Backend> backend = make_backend(flags.device.device, flags.threads.resolve());
+  server::EngineWorker::Options engine_options;
+  engine_options.prompt_cache_bytes = prompt_cache_bytes(flags.prompt_cache_gb, *backend);
+  server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
 
@@ -166,7 +186,12 @@ Action register_serve(CLI::App& app) {
                  "seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--prompt-cache", f->prompt_cache_gb,
+                 "GB of finished sequences' KV kept for requests that share their prefix; 0 disables")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   f->threads.add_to(app);
+  f->device.add_to(app);
   return [f] { return run_serve(*f); };
 }
 

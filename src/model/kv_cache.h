@@ -18,6 +18,7 @@ class KvCache {
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
   int64_t kv_size() const { return kv_size_; }
+  int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
   void set_length(int64_t length) { length_ = length; }
 
   // Makes room for `tokens` positions, keeping what is there. Buffers move only when

@@ -175,6 +175,14 @@ json tool_input(const ToolCall& call) {
   return input.is_object() ? input : json::object();
 }
 
+// As Anthropic counts: input_tokens are the prompt tokens not read from the cache.
+json usage(const TurnEnd& end) {
+  return {{"input_tokens", end.prompt_tokens - end.cached_tokens},
+          {"cache_creation_input_tokens", 0},
+          {"cache_read_input_tokens", end.cached_tokens},
+          {"output_tokens", end.completion_tokens}};
+}
+
 std::string stop_reason(const TurnEnd& end) {
   if (end.finish_reason == "length") return "max_tokens";
   if (end.finish_reason == "tool_calls") return "tool_use";
@@ -199,7 +207,7 @@ class AnthropicFormat : public ResponseFormat {
     for (const ToolCall& call : turn.tool_calls)
       content.push_back({{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", tool_input(call)}});
     json out = message(content, stop_reason(end), stop_sequence(end));
-    out["usage"] = {{"input_tokens", end.prompt_tokens}, {"output_tokens", end.completion_tokens}};
+    out["usage"] = usage(end);
     return out.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 
@@ -236,7 +244,7 @@ class AnthropicFormat : public ResponseFormat {
     std::string out = close_block();
     out += event("message_delta", {{"type", "message_delta"},
                                    {"delta", {{"stop_reason", stop_reason(end)}, {"stop_sequence", stop_sequence(end)}}},
-                                   {"usage", {{"input_tokens", end.prompt_tokens}, {"output_tokens", end.completion_tokens}}}});
+                                   {"usage", usage(end)}});
     return out + event("message_stop", {{"type", "message_stop"}});
   }
 

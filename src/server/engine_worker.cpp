@@ -12,9 +12,16 @@
 
 namespace kettle::server {
 
-EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, int n_threads)
-    : model_(model), tokenizer_(tokenizer), backend_(make_cpu_backend(n_threads)) {
+EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend,
+                           Options options)
+    : model_(model), tokenizer_(tokenizer), backend_(std::move(backend)) {
   transformer_ = std::make_unique<Transformer>(model_, *backend_);
+  // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
+  // another length than a fresh run would: no reuse for those models.
+  bool length_dependent = false;
+  for (const RopeSpec& rope : model_.spec.ropes) length_dependent = length_dependent || rope_depends_on_length(rope);
+  if (options.prompt_cache_bytes > 0 && !length_dependent)
+    prefix_cache_.emplace(options.prompt_cache_bytes, options.prompt_cache_block);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -34,7 +41,7 @@ void EngineWorker::submit(Job job) {
 
 EngineLoad EngineWorker::load() {
   std::lock_guard lock(mutex_);
-  return {running_ ? 1 : 0, static_cast<int>(queue_.size())};
+  return {running_ ? 1 : 0, static_cast<int>(queue_.size()), prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}};
 }
 
 void EngineWorker::cancel_all(const std::string& reason) {
@@ -114,7 +121,21 @@ void EngineWorker::run(Job& job) {
   };
   request.should_stop = [&] { return channel.cancelled() || matcher.stopped(); };
 
+  std::optional<PrefixCache::Lease> lease;
+  if (prefix_cache_) {
+    std::lock_guard lock(mutex_);
+    lease = prefix_cache_->take(job.prompt);
+  }
+  KvCache kv = lease ? std::move(lease->kv) : transformer_->new_cache();
+  request.kv = &kv;
   GenerationResult result = generate(*transformer_, request, on_token);
+  if (prefix_cache_) {  // the cache holds the prompt and every sampled token but the last
+    std::vector<int32_t> tokens = job.prompt;
+    tokens.insert(tokens.end(), result.tokens.begin(), result.tokens.end());
+    tokens.resize(static_cast<size_t>(kv.length()));
+    std::lock_guard lock(mutex_);
+    prefix_cache_->put(std::move(tokens), std::move(kv));
+  }
   if (channel.cancelled()) {
     std::string reason;
     {
@@ -136,6 +157,7 @@ void EngineWorker::run(Job& job) {
     emit(matcher.finish());
   }
   done.prompt_tokens = static_cast<int64_t>(job.prompt.size());
+  done.cached_tokens = result.cached_tokens;
   done.completion_tokens = static_cast<int64_t>(result.tokens.size());
   done.queue_seconds = queue_seconds;
   done.prefill_seconds = result.prefill_ms / 1000.0;

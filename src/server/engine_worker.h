@@ -7,9 +7,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "backend/backend.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "model/transformer.h"
 #include "server/metrics.h"
@@ -20,8 +22,12 @@ namespace kettle::server {
 
 class EngineWorker {
  public:
-  // model and tokenizer must outlive the worker.
-  EngineWorker(const Model& model, const Tokenizer& tokenizer, int n_threads);
+  struct Options {
+    size_t prompt_cache_bytes = 0;     // the prefix cache's cap; 0: off
+    int64_t prompt_cache_block = 16;   // tokens a cached prefix is matched in
+  };
+  // model and tokenizer must outlive the worker; the backend runs every generation.
+  EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend, Options options);
   ~EngineWorker();
 
   void submit(Job job);
@@ -40,6 +46,7 @@ class EngineWorker {
   const Tokenizer& tokenizer_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
+  std::optional<PrefixCache> prefix_cache_;  // used under mutex_ (the engine thread, and load() for stats)
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;

@@ -44,7 +44,14 @@ nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_i
           {"prefill_tokens_per_second", prefill_seconds_ > 0 ? static_cast<double>(prompt_tokens_) / prefill_seconds_ : 0.0},
           {"decode_tokens_per_second", decode_seconds_ > 0 ? static_cast<double>(completion_tokens_ - generations_) / decode_seconds_ : 0.0},
           {"last_decode_tokens_per_second", last_decode_tokens_per_second_},
-          {"mean_time_to_first_token_seconds", generations_ > 0 ? ttft_sum_ / static_cast<double>(generations_) : 0.0}};
+          {"mean_time_to_first_token_seconds", generations_ > 0 ? ttft_sum_ / static_cast<double>(generations_) : 0.0},
+          {"prefix_cache",
+           {{"lookups", load.prefix_cache.lookups},
+            {"hits", load.prefix_cache.hits},
+            {"cached_tokens", load.prefix_cache.cached_tokens},
+            {"entries", load.prefix_cache.entries},
+            {"bytes", load.prefix_cache.bytes},
+            {"capacity_bytes", load.prefix_cache.capacity_bytes}}}};
 }
 
 std::string Metrics::prometheus(const EngineLoad& load, const std::string& model_id) const {
@@ -73,6 +80,14 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
   out += fmt::format("kettle_prefill_seconds_total{{{}}} {:.6f}\n", model, prefill_seconds_);
   metric("kettle_decode_seconds_total", "counter", "Seconds spent decoding after the first token.");
   out += fmt::format("kettle_decode_seconds_total{{{}}} {:.6f}\n", model, decode_seconds_);
+  metric("kettle_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.");
+  out += fmt::format("kettle_prefix_cache_lookups_total{{{}}} {}\n", model, load.prefix_cache.lookups);
+  metric("kettle_prefix_cache_hits_total", "counter", "Prompts that reused a cached prefix.");
+  out += fmt::format("kettle_prefix_cache_hits_total{{{}}} {}\n", model, load.prefix_cache.hits);
+  metric("kettle_prefix_cache_cached_tokens_total", "counter", "Prompt tokens served from the prefix cache.");
+  out += fmt::format("kettle_prefix_cache_cached_tokens_total{{{}}} {}\n", model, load.prefix_cache.cached_tokens);
+  metric("kettle_prefix_cache_bytes", "gauge", "KV bytes held by the prefix cache.");
+  out += fmt::format("kettle_prefix_cache_bytes{{{}}} {}\n", model, load.prefix_cache.bytes);
   metric("kettle_time_to_first_token_seconds", "histogram", "Time from request to first generated token.");
   for (size_t i = 0; i < kTtftBuckets.size(); ++i)
     out += fmt::format("kettle_time_to_first_token_seconds_bucket{{{},le=\"{}\"}} {}\n", model, kTtftBuckets[i],

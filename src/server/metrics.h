@@ -13,11 +13,14 @@
 #include <mutex>
 #include <string>
 
+#include "kv/prefix_cache.h"
+
 namespace kettle::server {
 
 struct EngineLoad {
   int running = 0;  // generations on the engine now
   int queued = 0;   // waiting for it
+  PrefixCacheStats prefix_cache;
 };
 
 class Metrics {

@@ -224,7 +224,8 @@ namespace {
 json usage_json(const TurnEnd& end) {
   return {{"prompt_tokens", end.prompt_tokens},
           {"completion_tokens", end.completion_tokens},
-          {"total_tokens", end.prompt_tokens + end.completion_tokens}};
+          {"total_tokens", end.prompt_tokens + end.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", end.cached_tokens}}}};
 }
 
 json token_bytes(const std::string& text) {

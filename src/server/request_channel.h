@@ -27,6 +27,7 @@ struct Event {
   std::string stop_sequence;           // kDone: the stop string that ended it, if one did
   int64_t prompt_tokens = 0;           // kDone
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;           // kDone: prompt tokens served from the prefix cache
   double queue_seconds = 0.0;          // kDone: waiting for the engine
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;         // after the first token

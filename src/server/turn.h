@@ -41,6 +41,7 @@ struct TurnEnd {
   std::string stop_sequence;  // the stop string that ended the turn, if one did
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of prompt_tokens, served from the prefix cache
 };
 
 struct Turn {

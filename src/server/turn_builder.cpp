@@ -41,6 +41,7 @@ TurnEnd TurnBuilder::end(const Event& done) const {
   end.stop_sequence = done.stop_sequence;
   end.prompt_tokens = done.prompt_tokens;
   end.completion_tokens = done.completion_tokens;
+  end.cached_tokens = done.cached_tokens;
   return end;
 }
 

@@ -34,7 +34,7 @@ test('a message equals `kettle generate --chat`, with usage and stop_reason', as
   assert.deepEqual(m.content, [{ type: 'text', text: reference.text }]);
   assert.equal(m.stop_reason, reference.finish_reason === 'length' ? 'max_tokens' : 'end_turn');
   assert.equal(m.stop_sequence, null);
-  assert.equal(m.usage.input_tokens, reference.prompt_tokens);
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, reference.prompt_tokens);
   assert.equal(m.usage.output_tokens, reference.completion_tokens);
 });
 
@@ -46,7 +46,7 @@ test('a system prompt (string or text blocks) is the template\'s system message'
       model: 'kettle-demo', max_tokens: 12, temperature: 0, system: s, messages: [{ role: 'user', content: question }],
     });
     assert.equal(m.content[0].text, reference.text);
-    assert.equal(m.usage.input_tokens, reference.prompt_tokens);
+    assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, reference.prompt_tokens);
   }
 });
 
@@ -62,7 +62,7 @@ test('streaming: the exact event sequence, accumulating to the non-streamed mess
   assert.equal(types[1], 'content_block_start');
   assert.ok(types.slice(2, -3).every((t) => t === 'content_block_delta'), types.join(','));
   assert.deepEqual(types.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
-  assert.equal(events[0].message.usage.input_tokens, whole.usage.input_tokens);
+  assert.equal(events[0].message.usage.input_tokens, whole.usage.input_tokens + whole.usage.cache_read_input_tokens);
   assert.deepEqual(events[1].content_block, { type: 'text', text: '' });
   assert.ok(events.filter((e) => e.type.startsWith('content_block')).every((e) => e.index === 0));
   assert.deepEqual(final.content, whole.content);

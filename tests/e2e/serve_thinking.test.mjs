@@ -44,7 +44,7 @@ test('--thinking on|off renders enable_thinking; a request can override it', asy
   assert.equal(await ask(on, { chat_template_kwargs: { enable_thinking: false } }), without);
   const anthropic = (server) => new Anthropic({ baseURL: server.base, apiKey: 'x', maxRetries: 0 });
   const m = await anthropic(on).messages.create({ model: 'default', max_tokens: 1, messages, thinking: { type: 'disabled' } });
-  assert.equal(m.usage.input_tokens, without);
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, without);
   const n = await anthropic(off).messages.create({ model: 'default', max_tokens: 1, messages, thinking: { type: 'enabled', budget_tokens: 1024 } });
-  assert.equal(n.usage.input_tokens, withThinking);
+  assert.equal(n.usage.input_tokens + n.usage.cache_read_input_tokens, withThinking);
 });
