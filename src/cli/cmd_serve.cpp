@@ -65,6 +65,7 @@ struct ServeFlags {
   int max_queue = 64;
   double drain_seconds = 10.0;
   double prompt_cache_gb = 8.0;
+  int batch = 8;
   ThreadOption threads;
   DeviceOption device;
 };
@@ -134,12 +135,14 @@ int run_serve(const ServeFlags& flags) {
   config.vocab_size = model.spec.vocab_size;
   config.thinking = flags.thinking == "on";
   config.max_queue = flags.max_queue;
+  config.batch = flags.batch;
   config.default_max_tokens = flags.max_tokens;
   config.sampling = flags.sampling.resolve(model.generation);
 
   std::unique_ptr<Backend> backend = make_backend(flags.device.device, flags.threads.resolve());
   server::EngineWorker::Options engine_options;
   engine_options.prompt_cache_bytes = prompt_cache_bytes(flags.prompt_cache_gb, *backend);
+  engine_options.batch = flags.batch;
   server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
@@ -185,6 +188,10 @@ Action register_serve(CLI::App& app) {
   app.add_option("--drain-timeout", f->drain_seconds,
                  "seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--batch,--decode-concurrency", f->batch,
+                 "generations decoded together (continuous batching); 1: strictly one at a time")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--prompt-cache", f->prompt_cache_gb,
                  "GB of finished sequences' KV kept for requests that share their prefix; 0 disables")

@@ -116,29 +116,69 @@ uint64_t Transformer::step_key(const KvCache& kv) const {
 }
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
-  const ModelSpec& s = model_.spec;
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
-  const bool host = backend_.host_memory();
   ensure_scratch(n, rows);
   kv.reserve(kv.length() + n);
   const int64_t start = kv.length();
   update_ropes(start + n);
   for (int64_t t = 0; t < n; ++t) host_positions_[static_cast<size_t>(t)] = static_cast<int32_t>(start + t);
-
-  step_ = Step{tokens, host_positions_.data(), n, rows, &kv, logits};
-  if (!host) {
-    backend_.to_device(ids_.data(), tokens, static_cast<size_t>(n) * sizeof(int32_t));
-    backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
-    step_.ids = ids_.data();
-    step_.positions = positions_.data();
-    step_.logits = logits_.data();
-  }
+  step_.segments.assign(1, Segment{&kv, 0, n});
+  step_.last_per_segment = false;
+  prepare_step(n, rows, tokens, logits);
   if (n == 1 && recordable_)
     backend_.run_step(step_key(kv), [this] { run_step(); });
   else
     run_step();
   kv.set_length(start + n);
-  if (!host) backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * s.vocab_size) * sizeof(float));
+  finish_step(rows, logits);
+}
+
+void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
+  int64_t n = 0, longest = 0;
+  for (const BatchEntry& e : entries) {
+    n += e.n;
+    longest = std::max(longest, e.kv->length() + e.n);
+  }
+  const auto rows = static_cast<int64_t>(entries.size());
+  ensure_scratch(n, rows);
+  update_ropes(longest);
+  if (static_cast<int64_t>(host_ids_.size()) < n) host_ids_.resize(static_cast<size_t>(n));
+  step_.segments.clear();
+  int64_t offset = 0;
+  for (const BatchEntry& e : entries) {
+    e.kv->reserve(e.kv->length() + e.n);
+    for (int64_t t = 0; t < e.n; ++t) {
+      host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(e.kv->length() + t);
+      host_ids_[static_cast<size_t>(offset + t)] = e.tokens[t];
+    }
+    step_.segments.push_back({e.kv, offset, e.n});
+    offset += e.n;
+  }
+  step_.last_per_segment = true;
+  prepare_step(n, rows, host_ids_.data(), logits);
+  run_step();
+  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+  finish_step(rows, logits);
+}
+
+void Transformer::prepare_step(int64_t n, int64_t rows, const int32_t* host_ids, float* logits) {
+  step_.ids = host_ids;
+  step_.positions = host_positions_.data();
+  step_.n = n;
+  step_.rows = rows;
+  step_.logits = logits;
+  if (!backend_.host_memory()) {
+    backend_.to_device(ids_.data(), host_ids, static_cast<size_t>(n) * sizeof(int32_t));
+    backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
+    step_.ids = ids_.data();
+    step_.positions = positions_.data();
+    step_.logits = logits_.data();
+  }
+}
+
+void Transformer::finish_step(int64_t rows, float* logits) {
+  if (!backend_.host_memory())
+    backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
 }
 
 void Transformer::run_step() {
@@ -151,8 +191,18 @@ void Transformer::run_step() {
     attention_block(layer);
     mlp_block(layer);
   }
-  const int64_t first = n - step_.rows;
-  residual_norm(w.final_norm, first, step_.rows);
+  if (step_.last_per_segment) {
+    // Each sequence's last row, normed into normed_ row i (the residual is added only there).
+    for (size_t i = 0; i < step_.segments.size(); ++i) {
+      const Segment& seg = step_.segments[i];
+      const int64_t row = seg.offset + seg.n - 1;
+      backend_.add_rms_norm(hidden_.data() + row * h, proj_.data() + row * h, 1, h, w.final_norm, s.rms_norm_eps,
+                            s.norm_add_one, normed_.data() + static_cast<int64_t>(i) * h);
+    }
+    pending_residual_ = false;
+  } else {
+    residual_norm(w.final_norm, n - step_.rows, step_.rows);
+  }
   backend_.matmul(normed_.data(), step_.rows, h, w.lm_head, nullptr, step_.logits, s.vocab_size);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
 }
@@ -175,7 +225,6 @@ void Transformer::attention_block(int64_t layer) {
   const LayerSpec& ls = s.layers[static_cast<size_t>(layer)];
   const int64_t n = step_.n, h = s.hidden_size, qs = s.q_size(), kvs = s.kv_size();
   const int64_t width = qs + 2 * kvs;  // qkv_ rows: [q | k | v]
-  KvCache& kv = *step_.kv;
 
   residual_norm(w.attn_norm, 0, n);
   if (!w.qkv.empty()) {
@@ -190,12 +239,15 @@ void Transformer::attention_block(int64_t layer) {
   RopeParams rope{rope_freqs_[static_cast<size_t>(ls.rope)].data(), table.rotary_dim, table.attention_factor};
   QkvLayout layout{s.n_heads,       s.n_kv_heads,    s.head_dim, optional(w.q_norm), optional(w.k_norm),
                    s.rms_norm_eps, s.norm_add_one};
-  backend_.qkv_rope_store(qkv_.data(), n, width, layout, step_.positions, rope, q_.data(), kv.keys(layer),
-                          kv.values(layer));
-
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
-  backend_.attention(q_.data(), n, qs, kv.keys(layer), kv.values(layer), kvs, step_.positions, kv.capacity(), params,
-                     attn_.data(), qs);
+  for (const Segment& seg : step_.segments) {  // each sequence over its own cache
+    KvCache& kv = *seg.kv;
+    const int32_t* positions = step_.positions + seg.offset;
+    backend_.qkv_rope_store(qkv_.data() + seg.offset * width, seg.n, width, layout, positions, rope,
+                            q_.data() + seg.offset * qs, kv.keys(layer), kv.values(layer));
+    backend_.attention(q_.data() + seg.offset * qs, seg.n, qs, kv.keys(layer), kv.values(layer), kvs, positions,
+                       kv.capacity(), params, attn_.data() + seg.offset * qs, qs);
+  }
   backend_.matmul(attn_.data(), n, qs, w.o, optional(w.o_bias), proj_.data(), h);
   if (!w.attn_post_norm.empty())
     backend_.rms_norm(proj_.data(), n, h, h, w.attn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);

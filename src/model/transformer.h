@@ -18,6 +18,13 @@ namespace kettle {
 
 enum class LogitsFor { kLastToken, kAllTokens };
 
+// One sequence's part of a batched step: its next tokens (host memory) and its cache.
+struct BatchEntry {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  KvCache* kv = nullptr;
+};
+
 class Transformer {
  public:
   Transformer(const Model& model, Backend& backend);
@@ -31,15 +38,28 @@ class Transformer {
   // token or [n, vocab] for all.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits);
 
+  // Several sequences in one pass (continuous batching): the matmuls run over every
+  // entry's tokens at once, attention per sequence over its own cache. Writes the
+  // logits of each entry's last token (host memory): [entries.size(), vocab].
+  void forward_batch(const std::vector<BatchEntry>& entries, float* logits);
+
  private:
   // What one step reads; a member so the recorded lambda captures only `this`.
+  // A sequence's rows [offset, offset + n) of the step, and its cache.
+  struct Segment {
+    KvCache* kv = nullptr;
+    int64_t offset = 0, n = 0;
+  };
   struct Step {
     const int32_t* ids = nullptr;        // [n] backend memory
     const int32_t* positions = nullptr;  // [n] backend memory
     int64_t n = 0, rows = 0;             // tokens, logits rows
-    KvCache* kv = nullptr;
+    std::vector<Segment> segments;       // one per sequence (forward: one)
+    bool last_per_segment = false;       // logits rows: each segment's last token (else the step's last rows)
     float* logits = nullptr;             // [rows, vocab] backend memory
   };
+  void prepare_step(int64_t n, int64_t rows, const int32_t* host_ids, float* logits);
+  void finish_step(int64_t rows, float* logits);
   void run_step();
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
@@ -59,6 +79,7 @@ class Transformer {
   Step step_;
   bool pending_residual_ = false;  // proj_ holds a block output not yet added to hidden_
   HostBuffer<int32_t> host_positions_;
+  HostBuffer<int32_t> host_ids_;     // forward_batch: the entries' tokens, concatenated
   int64_t scratch_tokens_ = 0, logits_rows_ = 0;
   uint64_t scratch_epoch_ = 0;     // bumped whenever scratch moves (recorded steps go stale)
   BackendArray<int32_t> ids_;        // [n] (device backends only)

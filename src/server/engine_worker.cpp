@@ -1,21 +1,43 @@
-// The engine thread: tokens → text with StreamDecoder, stop strings with
-// StopMatcher, one event per emitted piece; a cancelled channel ends the
-// generation before the next decode step.
+// The engine thread's loop: take queued jobs while there is room in the batch,
+// prefill each (after the prefix cache lends what it has), then advance every
+// running sequence by one token in one batched forward; tokens → text with
+// StreamDecoder, stop strings with StopMatcher, one event per emitted piece.
+// A cancelled channel ends its sequence before the next step.
 #include "server/engine_worker.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/generator.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/timer.h"
 
 namespace kettle::server {
 
+struct EngineWorker::Sequence {
+  Sequence(Job j, KvCache cache, const Tokenizer& tokenizer)
+      : job(std::move(j)), kv(std::move(cache)), sampler(job.sampling), decoder(tokenizer), matcher(job.stop) {}
+
+  Job job;
+  KvCache kv;
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopMatcher matcher;
+  std::vector<int32_t> output;
+  int32_t next = 0;  // the last sampled token: the input of the next step
+  int64_t cached_tokens = 0;
+  double queue_seconds = 0.0, prefill_seconds = 0.0;
+  Timer since_first_token;
+  std::string finish_reason;  // set once the sequence is over: "stop", "length" or "cancelled"
+};
+
 EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend,
                            Options options)
-    : model_(model), tokenizer_(tokenizer), backend_(std::move(backend)) {
+    : model_(model), tokenizer_(tokenizer), backend_(std::move(backend)), batch_(std::max(1, options.batch)) {
   transformer_ = std::make_unique<Transformer>(model_, *backend_);
+  logits_.resize(static_cast<size_t>(batch_ * model_.spec.vocab_size));
   // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
   // another length than a fresh run would: no reuse for those models.
   bool length_dependent = false;
@@ -41,13 +63,14 @@ void EngineWorker::submit(Job job) {
 
 EngineLoad EngineWorker::load() {
   std::lock_guard lock(mutex_);
-  return {running_ ? 1 : 0, static_cast<int>(queue_.size()), prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}};
+  return {static_cast<int>(running_.size()), static_cast<int>(queue_.size()),
+          prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}};
 }
 
 void EngineWorker::cancel_all(const std::string& reason) {
   std::lock_guard lock(mutex_);
   cancel_reason_ = reason;
-  if (running_) running_->cancel();
+  for (auto& channel : running_) channel->cancel();
   for (Job& job : queue_) job.channel->cancel();
 }
 
@@ -60,109 +83,186 @@ void EngineWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+// Jobs that fit in the batch (waiting for one when `block`); while stopping, queued
+// jobs are failed instead. Empty and stopping with nothing queued: the loop ends.
+std::vector<Job> EngineWorker::take_jobs(bool block) {
+  std::unique_lock lock(mutex_);
+  if (block) wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+  std::vector<Job> jobs;
+  while (!queue_.empty() && static_cast<int>(running_.size()) < batch_) {
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    if (stopping_) {
+      job.channel->push(Event::error("the server is shutting down"));
+      continue;
+    }
+    running_.push_back(job.channel);
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
 void EngineWorker::loop() {
+  std::vector<std::unique_ptr<Sequence>> active;
   for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      if (stopping_) {
-        job.channel->push(Event::error("the server is shutting down"));
-        continue;
+    std::vector<Job> jobs = take_jobs(active.empty());
+    if (active.empty() && jobs.empty()) {
+      std::lock_guard lock(mutex_);
+      if (stopping_ && queue_.empty()) return;
+      continue;
+    }
+    for (Job& job : jobs) {
+      std::shared_ptr<EventChannel> channel = job.channel;
+      try {
+        std::unique_ptr<Sequence> seq = start(std::move(job));
+        if (seq->finish_reason.empty()) {
+          active.push_back(std::move(seq));
+        } else {
+          finish(*seq);
+        }
+      } catch (const std::exception& e) {
+        log::warn("request failed: {}", e.what());
+        channel->push(Event::error(e.what()));
+        std::lock_guard lock(mutex_);
+        std::erase(running_, channel);
       }
-      running_ = job.channel;
     }
+    if (active.empty()) continue;
     try {
-      run(job);
-    } catch (const std::exception& e) {
-      log::warn("request failed: {}", e.what());
-      job.channel->push(Event::error(e.what()));
+      decode_step(active);
+    } catch (const std::exception& e) {  // a failed step fails every sequence in it
+      log::warn("decode step failed: {}", e.what());
+      for (auto& seq : active) {
+        seq->job.channel->push(Event::error(e.what()));
+        std::lock_guard lock(mutex_);
+        std::erase(running_, seq->job.channel);
+      }
+      active.clear();
+      continue;
     }
-    std::lock_guard lock(mutex_);
-    running_.reset();
+    for (auto& seq : active)
+      if (!seq->finish_reason.empty()) finish(*seq);
+    std::erase_if(active, [](const auto& seq) { return !seq->finish_reason.empty(); });
   }
 }
 
-void EngineWorker::run(Job& job) {
-  EventChannel& channel = *job.channel;
-  const double queue_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - job.submitted).count();
-  GenerationRequest request;
-  request.prompt = job.prompt;
-  request.max_tokens = job.max_tokens;
-  request.sampling = job.sampling;
-  if (!job.ignore_eos) request.stop_ids = model_.generation.eos_token_ids;
-
-  StreamDecoder decoder(tokenizer_);
-  StopMatcher matcher(job.stop);
-  auto emit = [&](std::string text, std::vector<TokenLogprob> logprobs = {}) {
-    if (text.empty() && logprobs.empty()) return;
-    Event e;
-    e.text = std::move(text);
-    e.logprobs = std::move(logprobs);
-    channel.push(std::move(e));
-  };
-  auto token_text = [&](int32_t id) { return tokenizer_.decode({id}); };
-  auto on_token = [&](const SampledToken& sampled) {
-    const int32_t token = sampled.id;
-    if (matcher.stopped()) return;
-    bool is_eos = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
-    if (is_eos) return;
-    std::vector<TokenLogprob> logprobs;
-    if (job.sampling.logprobs) {
-      TokenLogprob lp{token, token_text(token), sampled.logprob, {}};
-      for (const kettle::TokenLogprob& alt : sampled.top) lp.top.push_back({alt.id, token_text(alt.id), alt.logprob});
-      logprobs.push_back(std::move(lp));
-    }
-    emit(matcher.push(decoder.push(token)), std::move(logprobs));
-  };
-  request.should_stop = [&] { return channel.cancelled() || matcher.stopped(); };
-
+std::unique_ptr<EngineWorker::Sequence> EngineWorker::start(Job job) {
+  const ModelSpec& spec = model_.spec;
+  for (size_t i = 0; i < job.prompt.size(); ++i)
+    if (job.prompt[i] < 0 || job.prompt[i] >= spec.vocab_size)
+      fail(ErrorCategory::kInvalidArgument, "prompt token {} (position {}) is outside the model's vocabulary [0, {})",
+           job.prompt[i], i, spec.vocab_size);
+  validate_sampling(job.sampling, spec.vocab_size);
+  const double queue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.submitted).count();
   std::optional<PrefixCache::Lease> lease;
   if (prefix_cache_) {
     std::lock_guard lock(mutex_);
     lease = prefix_cache_->take(job.prompt);
   }
   KvCache kv = lease ? std::move(lease->kv) : transformer_->new_cache();
-  request.kv = &kv;
-  GenerationResult result = generate(*transformer_, request, on_token);
-  if (prefix_cache_) {  // the cache holds the prompt and every sampled token but the last
-    std::vector<int32_t> tokens = job.prompt;
-    tokens.insert(tokens.end(), result.tokens.begin(), result.tokens.end());
-    tokens.resize(static_cast<size_t>(kv.length()));
-    std::lock_guard lock(mutex_);
-    prefix_cache_->put(std::move(tokens), std::move(kv));
+  auto seq = std::make_unique<Sequence>(std::move(job), std::move(kv), tokenizer_);
+  seq->queue_seconds = queue_seconds;
+  seq->cached_tokens = lease ? lease->cached_tokens : 0;
+  seq->sampler.start(seq->job.prompt, spec.vocab_size, seq->job.max_tokens);
+  if (seq->job.channel->cancelled()) {
+    seq->finish_reason = "cancelled";
+    return seq;
   }
-  if (channel.cancelled()) {
+  Timer prefill;
+  const auto n = static_cast<int64_t>(seq->job.prompt.size());
+  transformer_->forward(seq->job.prompt.data() + seq->cached_tokens, n - seq->cached_tokens, seq->kv,
+                        LogitsFor::kLastToken, logits_.data());
+  seq->prefill_seconds = prefill.seconds();
+  seq->since_first_token.reset();
+  accept(*seq, seq->sampler.sample(logits_.data(), spec.vocab_size));
+  return seq;
+}
+
+void EngineWorker::decode_step(std::vector<std::unique_ptr<Sequence>>& active) {
+  for (auto& seq : active)
+    if (seq->job.channel->cancelled()) seq->finish_reason = "cancelled";  // stops within one step
+  entries_.clear();
+  for (auto& seq : active)
+    if (seq->finish_reason.empty()) entries_.push_back({&seq->next, 1, &seq->kv});
+  if (entries_.empty()) return;
+  transformer_->forward_batch(entries_, logits_.data());
+  size_t row = 0;
+  const int64_t vocab = model_.spec.vocab_size;
+  for (auto& seq : active) {
+    if (!seq->finish_reason.empty()) continue;
+    accept(*seq, seq->sampler.sample(logits_.data() + static_cast<int64_t>(row++) * vocab, vocab));
+  }
+}
+
+void EngineWorker::emit(Sequence& seq, std::string text, std::vector<TokenLogprob> logprobs) {
+  if (text.empty() && logprobs.empty()) return;
+  Event e;
+  e.text = std::move(text);
+  e.logprobs = std::move(logprobs);
+  seq.job.channel->push(std::move(e));
+}
+
+// One sampled token: its text (held back while a stop string may be forming), then
+// whether the sequence ends (an end-of-sequence id, a stop string, max_tokens).
+void EngineWorker::accept(Sequence& seq, const SampledToken& sampled) {
+  const int32_t token = sampled.id;
+  seq.output.push_back(token);
+  seq.next = token;
+  const std::vector<int>& eos = model_.generation.eos_token_ids;
+  if (!seq.job.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    seq.finish_reason = "stop";
+    return;
+  }
+  std::vector<TokenLogprob> logprobs;
+  if (seq.job.sampling.logprobs) {
+    auto text_of = [&](int32_t id) { return tokenizer_.decode({id}); };
+    TokenLogprob lp{token, text_of(token), sampled.logprob, {}};
+    for (const kettle::TokenLogprob& alt : sampled.top) lp.top.push_back({alt.id, text_of(alt.id), alt.logprob});
+    logprobs.push_back(std::move(lp));
+  }
+  emit(seq, seq.matcher.push(seq.decoder.push(token)), std::move(logprobs));
+  if (seq.matcher.stopped())
+    seq.finish_reason = "stop";
+  else if (static_cast<int64_t>(seq.output.size()) >= seq.job.max_tokens)
+    seq.finish_reason = "length";
+}
+
+void EngineWorker::finish(Sequence& seq) {
+  EventChannel& channel = *seq.job.channel;
+  if (seq.finish_reason == "cancelled" || channel.cancelled()) {
     std::string reason;
     {
       std::lock_guard lock(mutex_);
       reason = cancel_reason_.empty() ? "the client disconnected" : cancel_reason_;
     }
-    log::info("generation cancelled after {} tokens: {}", result.tokens.size(), reason);
+    log::info("generation cancelled after {} tokens: {}", seq.output.size(), reason);
     channel.push(Event::error("generation cancelled: " + reason));
-    return;
-  }
-  Event done;
-  done.kind = Event::Kind::kDone;
-  done.finish_reason = result.finish_reason;
-  if (matcher.stopped()) {
-    done.finish_reason = "stop";
-    done.stop_sequence = matcher.matched();
   } else {
-    emit(matcher.push(decoder.finish()));
-    emit(matcher.finish());
+    Event done;
+    done.kind = Event::Kind::kDone;
+    done.finish_reason = seq.finish_reason;
+    if (seq.matcher.stopped()) {
+      done.stop_sequence = seq.matcher.matched();
+    } else {
+      emit(seq, seq.matcher.push(seq.decoder.finish()));
+      emit(seq, seq.matcher.finish());
+    }
+    done.prompt_tokens = static_cast<int64_t>(seq.job.prompt.size());
+    done.completion_tokens = static_cast<int64_t>(seq.output.size());
+    done.cached_tokens = seq.cached_tokens;
+    done.queue_seconds = seq.queue_seconds;
+    done.prefill_seconds = seq.prefill_seconds;
+    done.decode_seconds = seq.output.size() > 1 ? seq.since_first_token.seconds() : 0.0;
+    channel.push(std::move(done));
   }
-  done.prompt_tokens = static_cast<int64_t>(job.prompt.size());
-  done.cached_tokens = result.cached_tokens;
-  done.completion_tokens = static_cast<int64_t>(result.tokens.size());
-  done.queue_seconds = queue_seconds;
-  done.prefill_seconds = result.prefill_ms / 1000.0;
-  done.decode_seconds = result.decode_ms / 1000.0;
-  channel.push(std::move(done));
+  std::lock_guard lock(mutex_);
+  std::erase(running_, seq.job.channel);
+  if (prefix_cache_ && seq.kv.length() > 0) {  // the cache holds the prompt and every sampled token but the last
+    std::vector<int32_t> tokens = seq.job.prompt;
+    tokens.insert(tokens.end(), seq.output.begin(), seq.output.end());
+    tokens.resize(static_cast<size_t>(seq.kv.length()));
+    prefix_cache_->put(std::move(tokens), std::move(seq.kv));
+  }
 }
 
 }  // namespace kettle::server

@@ -1,6 +1,9 @@
-// EngineWorker: the one thread that owns the Transformer and its KV cache. It
-// runs queued Jobs in FIFO order, one at a time, and reports each through the
-// job's EventChannel; HTTP threads never touch the model.
+// EngineWorker: the one thread that owns the Transformer and the KV caches.
+// It runs up to `batch` generations at once (continuous batching): queued Jobs
+// join between decode steps (their prompt prefilled on joining, the longest
+// cached prefix reused), every running sequence advances one token per step
+// in one batched forward, and a finished one leaves at once. Each reports
+// through its job's EventChannel; HTTP threads never touch the model.
 #pragma once
 
 #include <condition_variable>
@@ -9,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.h"
 #include "kv/prefix_cache.h"
@@ -16,6 +20,7 @@
 #include "model/transformer.h"
 #include "server/metrics.h"
 #include "server/request_channel.h"
+#include "tensor/host_buffer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kettle::server {
@@ -23,6 +28,7 @@ namespace kettle::server {
 class EngineWorker {
  public:
   struct Options {
+    int batch = 8;                     // sequences decoded together; 1: strictly one at a time
     size_t prompt_cache_bytes = 0;     // the prefix cache's cap; 0: off
     int64_t prompt_cache_block = 16;   // tokens a cached prefix is matched in
   };
@@ -31,26 +37,36 @@ class EngineWorker {
   ~EngineWorker();
 
   void submit(Job job);
-  // Generations running and waiting now.
+  // Generations running and waiting now, and the prefix cache's counters.
   EngineLoad load();
-  // Cancels the running job (with an error event) and every queued one.
+  // Cancels the running jobs (each with an error event) and every queued one.
   void cancel_all(const std::string& reason);
-  // Finishes the running job, fails the queued ones, joins the thread.
+  // Finishes the running jobs, fails the queued ones, joins the thread.
   void stop();
 
  private:
+  struct Sequence;
+
   void loop();
-  void run(Job& job);
+  std::vector<Job> take_jobs(bool block);
+  std::unique_ptr<Sequence> start(Job job);
+  void decode_step(std::vector<std::unique_ptr<Sequence>>& active);
+  void accept(Sequence& seq, const SampledToken& sampled);
+  void finish(Sequence& seq);
+  void emit(Sequence& seq, std::string text, std::vector<TokenLogprob> logprobs = {});
 
   const Model& model_;
   const Tokenizer& tokenizer_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
-  std::optional<PrefixCache> prefix_cache_;  // used under mutex_ (the engine thread, and load() for stats)
+  int batch_;
+  HostBuffer<float> logits_;  // [batch, vocab]
+  std::vector<BatchEntry> entries_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
-  std::shared_ptr<EventChannel> running_;
+  std::vector<std::shared_ptr<EventChannel>> running_;
+  std::optional<PrefixCache> prefix_cache_;  // used under mutex_ (the engine thread, and load() for stats)
   std::string cancel_reason_;
   bool stopping_ = false;
   std::thread thread_;

@@ -39,6 +39,11 @@ void HttpServer::bind(const std::string& host, int port) {
 void HttpServer::listen() { http_->listen_after_bind(); }
 
 void HttpServer::routes() {
+  // A generation holds its HTTP thread until it ends: threads for every running and
+  // queued one, plus some for the quick routes, so the queue bound (429) is reached
+  // before requests wait unseen in httplib's own queue.
+  const size_t threads = static_cast<size_t>(config_.batch + config_.max_queue + 8);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(config_.max_body_bytes);
   http_->set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   http_->Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {

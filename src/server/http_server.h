@@ -37,6 +37,7 @@ struct ServerConfig {
   SamplingParams sampling;         // defaults for unset request fields
   bool thinking = true;            // enable_thinking for templates that read it, unless a request says
   int max_queue = 64;              // generations waiting past this many: 429
+  int batch = 8;                   // generations the engine runs at once (sizes the HTTP thread pool)
   size_t max_body_bytes = 8u << 20;
 };
 

@@ -67,7 +67,7 @@ test('CORS: preflight is answered and responses allow any origin', async () => {
 });
 
 test('a full queue answers 429 with Retry-After; the admitted requests all finish', async () => {
-  const own = await startServer(['--max-queue', '1']);
+  const own = await startServer(['--max-queue', '1', '--batch', '1']);
   try {
     const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 60, ignore_eos: true });
     const post = () => fetch(`${own.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
