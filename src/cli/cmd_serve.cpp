@@ -66,6 +66,7 @@ struct ServeFlags {
   double drain_seconds = 10.0;
   double prompt_cache_gb = 8.0;
   int batch = 8;
+  int64_t prefill_chunk = 2048;
   ThreadOption threads;
   DeviceOption device;
 };
@@ -143,6 +144,7 @@ int run_serve(const ServeFlags& flags) {
   server::EngineWorker::Options engine_options;
   engine_options.prompt_cache_bytes = prompt_cache_bytes(flags.prompt_cache_gb, *backend);
   engine_options.batch = flags.batch;
+  engine_options.prefill_chunk = flags.prefill_chunk;
   server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
@@ -192,6 +194,10 @@ Action register_serve(CLI::App& app) {
   app.add_option("--batch,--decode-concurrency", f->batch,
                  "generations decoded together (continuous batching); 1: strictly one at a time")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--prefill-chunk", f->prefill_chunk,
+                 "prompt tokens prefilled per step beside the running decodes (long prompts never stall streams)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--prompt-cache", f->prompt_cache_gb,
                  "GB of finished sequences' KV kept for requests that share their prefix; 0 disables")

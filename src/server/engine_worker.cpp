@@ -28,6 +28,8 @@ struct EngineWorker::Sequence {
   std::vector<int32_t> output;
   int32_t next = 0;  // the last sampled token: the input of the next step
   int64_t cached_tokens = 0;
+  int64_t prefilled = 0;  // prompt tokens whose KV is in kv (cached ones included)
+  Timer since_joined;
   double queue_seconds = 0.0, prefill_seconds = 0.0;
   Timer since_first_token;
   std::string finish_reason;  // set once the sequence is over: "stop", "length" or "cancelled"
@@ -35,7 +37,11 @@ struct EngineWorker::Sequence {
 
 EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend,
                            Options options)
-    : model_(model), tokenizer_(tokenizer), backend_(std::move(backend)), batch_(std::max(1, options.batch)) {
+    : model_(model),
+      tokenizer_(tokenizer),
+      backend_(std::move(backend)),
+      batch_(std::max(1, options.batch)),
+      prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)) {
   transformer_ = std::make_unique<Transformer>(model_, *backend_);
   logits_.resize(static_cast<size_t>(batch_ * model_.spec.vocab_size));
   // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
@@ -114,12 +120,7 @@ void EngineWorker::loop() {
     for (Job& job : jobs) {
       std::shared_ptr<EventChannel> channel = job.channel;
       try {
-        std::unique_ptr<Sequence> seq = start(std::move(job));
-        if (seq->finish_reason.empty()) {
-          active.push_back(std::move(seq));
-        } else {
-          finish(*seq);
-        }
+        active.push_back(start(std::move(job)));
       } catch (const std::exception& e) {
         log::warn("request failed: {}", e.what());
         channel->push(Event::error(e.what()));
@@ -129,9 +130,9 @@ void EngineWorker::loop() {
     }
     if (active.empty()) continue;
     try {
-      decode_step(active);
+      step(active);
     } catch (const std::exception& e) {  // a failed step fails every sequence in it
-      log::warn("decode step failed: {}", e.what());
+      log::warn("step failed: {}", e.what());
       for (auto& seq : active) {
         seq->job.channel->push(Event::error(e.what()));
         std::lock_guard lock(mutex_);
@@ -163,34 +164,48 @@ std::unique_ptr<EngineWorker::Sequence> EngineWorker::start(Job job) {
   auto seq = std::make_unique<Sequence>(std::move(job), std::move(kv), tokenizer_);
   seq->queue_seconds = queue_seconds;
   seq->cached_tokens = lease ? lease->cached_tokens : 0;
+  seq->prefilled = seq->cached_tokens;
   seq->sampler.start(seq->job.prompt, spec.vocab_size, seq->job.max_tokens);
-  if (seq->job.channel->cancelled()) {
-    seq->finish_reason = "cancelled";
-    return seq;
-  }
-  Timer prefill;
-  const auto n = static_cast<int64_t>(seq->job.prompt.size());
-  transformer_->forward(seq->job.prompt.data() + seq->cached_tokens, n - seq->cached_tokens, seq->kv,
-                        LogitsFor::kLastToken, logits_.data());
-  seq->prefill_seconds = prefill.seconds();
-  seq->since_first_token.reset();
-  accept(*seq, seq->sampler.sample(logits_.data(), spec.vocab_size));
   return seq;
 }
 
-void EngineWorker::decode_step(std::vector<std::unique_ptr<Sequence>>& active) {
+// One batched forward: a token for every decoding sequence, and prompt chunks of the
+// joining ones (oldest first) up to prefill_chunk tokens in all. A sequence whose prompt
+// is complete after this step samples its first token from the step's logits.
+void EngineWorker::step(std::vector<std::unique_ptr<Sequence>>& active) {
   for (auto& seq : active)
     if (seq->job.channel->cancelled()) seq->finish_reason = "cancelled";  // stops within one step
   entries_.clear();
-  for (auto& seq : active)
-    if (seq->finish_reason.empty()) entries_.push_back({&seq->next, 1, &seq->kv});
-  if (entries_.empty()) return;
-  transformer_->forward_batch(entries_, logits_.data());
-  size_t row = 0;
-  const int64_t vocab = model_.spec.vocab_size;
+  stepped_.clear();
+  int64_t prefill_budget = prefill_chunk_;
   for (auto& seq : active) {
     if (!seq->finish_reason.empty()) continue;
-    accept(*seq, seq->sampler.sample(logits_.data() + static_cast<int64_t>(row++) * vocab, vocab));
+    const auto prompt = static_cast<int64_t>(seq->job.prompt.size());
+    if (seq->prefilled == prompt) {
+      entries_.push_back({&seq->next, 1, &seq->kv});
+    } else {
+      const int64_t n = std::min(prompt - seq->prefilled, prefill_budget);
+      if (n == 0) continue;  // waits for the next step's budget
+      prefill_budget -= n;
+      entries_.push_back({seq->job.prompt.data() + seq->prefilled, n, &seq->kv});
+      seq->prefilled += n;
+    }
+    stepped_.push_back(seq.get());
+  }
+  if (entries_.empty()) return;
+  if (entries_.size() == 1)  // one sequence: the plain forward (a GPU replays its recorded decode step)
+    transformer_->forward(entries_[0].tokens, entries_[0].n, *entries_[0].kv, LogitsFor::kLastToken, logits_.data());
+  else
+    transformer_->forward_batch(entries_, logits_.data());
+  const int64_t vocab = model_.spec.vocab_size;
+  for (size_t i = 0; i < stepped_.size(); ++i) {
+    Sequence& seq = *stepped_[i];
+    if (seq.prefilled < static_cast<int64_t>(seq.job.prompt.size())) continue;  // more prompt to come
+    if (seq.output.empty()) {
+      seq.prefill_seconds = seq.since_joined.seconds();
+      seq.since_first_token.reset();
+    }
+    accept(seq, seq.sampler.sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab));
   }
 }
 

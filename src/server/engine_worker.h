@@ -1,8 +1,9 @@
 // EngineWorker: the one thread that owns the Transformer and the KV caches.
 // It runs up to `batch` generations at once (continuous batching): queued Jobs
-// join between decode steps (their prompt prefilled on joining, the longest
-// cached prefix reused), every running sequence advances one token per step
-// in one batched forward, and a finished one leaves at once. Each reports
+// join between steps (the longest cached prefix reused); each step is one
+// batched forward in which every decoding sequence advances one token and
+// joining sequences prefill up to `prefill_chunk` prompt tokens in all, so a
+// long prompt never stalls the running streams; a finished one leaves at once. Each reports
 // through its job's EventChannel; HTTP threads never touch the model.
 #pragma once
 
@@ -29,6 +30,7 @@ class EngineWorker {
  public:
   struct Options {
     int batch = 8;                     // sequences decoded together; 1: strictly one at a time
+    int64_t prefill_chunk = 2048;      // prompt tokens prefilled per step, beside the running decodes
     size_t prompt_cache_bytes = 0;     // the prefix cache's cap; 0: off
     int64_t prompt_cache_block = 16;   // tokens a cached prefix is matched in
   };
@@ -50,7 +52,7 @@ class EngineWorker {
   void loop();
   std::vector<Job> take_jobs(bool block);
   std::unique_ptr<Sequence> start(Job job);
-  void decode_step(std::vector<std::unique_ptr<Sequence>>& active);
+  void step(std::vector<std::unique_ptr<Sequence>>& active);
   void accept(Sequence& seq, const SampledToken& sampled);
   void finish(Sequence& seq);
   void emit(Sequence& seq, std::string text, std::vector<TokenLogprob> logprobs = {});
@@ -60,8 +62,10 @@ class EngineWorker {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> transformer_;
   int batch_;
+  int64_t prefill_chunk_;
   HostBuffer<float> logits_;  // [batch, vocab]
-  std::vector<BatchEntry> entries_;
+  std::vector<BatchEntry> entries_;  // the step's inputs, and the sequences they belong to
+  std::vector<Sequence*> stepped_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;

@@ -54,3 +54,16 @@ test('32 concurrent requests equal each request run alone', async () => {
   assert.ok(maxRunning >= 8, `at most ${maxRunning} sequences ran at once`);
   assert.ok(together.some((r) => r.finish === 'length') && together.some((r) => r.tokens > 30));
 });
+
+test('a long prompt prefilled in chunks beside running streams gives the same tokens', async () => {
+  const chunked = await startServer(['--batch', '4', '--prefill-chunk', '64', '--prompt-cache', '0']);
+  try {
+    const long = { path: 'completions', body: { prompt: 'Kettle, n. A vessel of metal for boiling water. '.repeat(40), max_tokens: 12, temperature: 0 } };
+    const short = { path: 'chat/completions', body: { messages: [{ role: 'user', content: 'What is a kettle?' }], max_tokens: 40, temperature: 0, ignore_eos: true } };
+    const [a, b] = await Promise.all([run(chunked, short), (async () => { await sleep(50); return run(chunked, long); })()]);
+    assert.deepEqual(a, await run(serial, short));
+    assert.deepEqual(b, await run(serial, long));
+  } finally {
+    stopServer(chunked);
+  }
+});
