@@ -67,6 +67,7 @@ struct ServeFlags {
   double prompt_cache_gb = 8.0;
   int batch = 8;
   int64_t prefill_chunk = 2048;
+  double kv_budget_gb = -1.0;  // unset: a quarter of the available memory on the CPU, no cap on a GPU
   ThreadOption threads;
   DeviceOption device;
 };
@@ -103,6 +104,15 @@ size_t prompt_cache_bytes(double gb, const Backend& backend) {
     }
   }
   return bytes;
+}
+
+// The KV budget: the flag when given; else, in host memory, a quarter of what is available
+// now (the model's weights are mapped already); on a GPU no cap until the backend reports
+// its free memory.
+size_t kv_budget_bytes(double gb, const Backend& backend) {
+  if (gb >= 0) return static_cast<size_t>(gb * 1e9);
+  if (!backend.host_memory()) return 0;
+  return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) / 4;
 }
 
 std::string model_id(const std::string& folder) {
@@ -145,6 +155,10 @@ int run_serve(const ServeFlags& flags) {
   engine_options.prompt_cache_bytes = prompt_cache_bytes(flags.prompt_cache_gb, *backend);
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
+  engine_options.kv_budget_bytes = kv_budget_bytes(flags.kv_budget_gb, *backend);
+  config.kv_budget_bytes = engine_options.kv_budget_bytes;
+  config.kv_bytes_per_token = static_cast<size_t>(model.spec.kv_size()) * sizeof(float) * 2 *
+                              static_cast<size_t>(model.spec.n_layers);
   server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
@@ -199,6 +213,10 @@ Action register_serve(CLI::App& app) {
                  "prompt tokens prefilled per step beside the running decodes (long prompts never stall streams)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+  app.add_option("--kv-budget", f->kv_budget_gb,
+                 "GB of KV cache the running generations may hold; past it requests wait (default: a quarter of "
+                 "free RAM on the CPU, no cap on a GPU)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--prompt-cache", f->prompt_cache_gb,
                  "GB of finished sequences' KV kept for requests that share their prefix; 0 disables")
       ->check(CLI::NonNegativeNumber)

@@ -33,6 +33,7 @@ struct EngineWorker::Sequence {
   double queue_seconds = 0.0, prefill_seconds = 0.0;
   Timer since_first_token;
   std::string finish_reason;  // set once the sequence is over: "stop", "length" or "cancelled"
+  size_t kv_reserved = 0;     // bytes admitted against the KV budget
 };
 
 EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend,
@@ -41,7 +42,8 @@ EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::
       tokenizer_(tokenizer),
       backend_(std::move(backend)),
       batch_(std::max(1, options.batch)),
-      prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)) {
+      prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)),
+      kv_budget_bytes_(options.kv_budget_bytes) {
   transformer_ = std::make_unique<Transformer>(model_, *backend_);
   logits_.resize(static_cast<size_t>(batch_ * model_.spec.vocab_size));
   // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
@@ -67,10 +69,15 @@ void EngineWorker::submit(Job job) {
   job.channel->push(Event::error("the server is shutting down"));
 }
 
+size_t EngineWorker::kv_bytes(int64_t tokens) const {
+  return static_cast<size_t>(tokens) * static_cast<size_t>(model_.spec.kv_size()) * sizeof(float) * 2 *
+         static_cast<size_t>(model_.spec.n_layers);
+}
+
 EngineLoad EngineWorker::load() {
   std::lock_guard lock(mutex_);
   return {static_cast<int>(running_.size()), static_cast<int>(queue_.size()),
-          prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}};
+          prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}, kv_bytes_in_use_, kv_budget_bytes_};
 }
 
 void EngineWorker::cancel_all(const std::string& reason) {
@@ -96,16 +103,32 @@ std::vector<Job> EngineWorker::take_jobs(bool block) {
   if (block) wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
   std::vector<Job> jobs;
   while (!queue_.empty() && static_cast<int>(running_.size()) < batch_) {
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
     if (stopping_) {
-      job.channel->push(Event::error("the server is shutting down"));
+      queue_.front().channel->push(Event::error("the server is shutting down"));
+      queue_.pop_front();
       continue;
     }
+    // FIFO: the oldest job waits until its KV fits beside the running ones (a job that
+    // could never fit was refused with 400 before it was queued).
+    const size_t need = kv_bytes(static_cast<int64_t>(queue_.front().prompt.size()) + queue_.front().max_tokens);
+    if (kv_budget_bytes_ > 0 && !running_.empty() && kv_bytes_in_use_ + need > kv_budget_bytes_) break;
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    kv_bytes_in_use_ += need;
+    job.kv_reserved = need;
     running_.push_back(job.channel);
     jobs.push_back(std::move(job));
   }
   return jobs;
+}
+
+void EngineWorker::release(const std::shared_ptr<EventChannel>& channel, size_t kv_reserved) {
+  {
+    std::lock_guard lock(mutex_);
+    std::erase(running_, channel);
+    kv_bytes_in_use_ -= kv_reserved;
+  }
+  wake_.notify_one();
 }
 
 void EngineWorker::loop() {
@@ -119,13 +142,13 @@ void EngineWorker::loop() {
     }
     for (Job& job : jobs) {
       std::shared_ptr<EventChannel> channel = job.channel;
+      const size_t reserved = job.kv_reserved;
       try {
         active.push_back(start(std::move(job)));
       } catch (const std::exception& e) {
         log::warn("request failed: {}", e.what());
         channel->push(Event::error(e.what()));
-        std::lock_guard lock(mutex_);
-        std::erase(running_, channel);
+        release(channel, reserved);
       }
     }
     if (active.empty()) continue;
@@ -135,8 +158,7 @@ void EngineWorker::loop() {
       log::warn("step failed: {}", e.what());
       for (auto& seq : active) {
         seq->job.channel->push(Event::error(e.what()));
-        std::lock_guard lock(mutex_);
-        std::erase(running_, seq->job.channel);
+        release(seq->job.channel, seq->job.kv_reserved);
       }
       active.clear();
       continue;
@@ -161,6 +183,7 @@ std::unique_ptr<EngineWorker::Sequence> EngineWorker::start(Job job) {
     lease = prefix_cache_->take(job.prompt);
   }
   KvCache kv = lease ? std::move(lease->kv) : transformer_->new_cache();
+  kv.reserve(static_cast<int64_t>(job.prompt.size()) + job.max_tokens);  // what admission counted, at once
   auto seq = std::make_unique<Sequence>(std::move(job), std::move(kv), tokenizer_);
   seq->queue_seconds = queue_seconds;
   seq->cached_tokens = lease ? lease->cached_tokens : 0;
@@ -270,8 +293,8 @@ void EngineWorker::finish(Sequence& seq) {
     done.decode_seconds = seq.output.size() > 1 ? seq.since_first_token.seconds() : 0.0;
     channel.push(std::move(done));
   }
+  release(seq.job.channel, seq.job.kv_reserved);
   std::lock_guard lock(mutex_);
-  std::erase(running_, seq.job.channel);
   if (prefix_cache_ && seq.kv.length() > 0) {  // the cache holds the prompt and every sampled token but the last
     std::vector<int32_t> tokens = seq.job.prompt;
     tokens.insert(tokens.end(), seq.output.begin(), seq.output.end());

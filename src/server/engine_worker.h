@@ -31,6 +31,7 @@ class EngineWorker {
   struct Options {
     int batch = 8;                     // sequences decoded together; 1: strictly one at a time
     int64_t prefill_chunk = 2048;      // prompt tokens prefilled per step, beside the running decodes
+    size_t kv_budget_bytes = 0;        // KV of running sequences (prompt + max_tokens each) past this waits; 0: no cap
     size_t prompt_cache_bytes = 0;     // the prefix cache's cap; 0: off
     int64_t prompt_cache_block = 16;   // tokens a cached prefix is matched in
   };
@@ -41,6 +42,8 @@ class EngineWorker {
   void submit(Job job);
   // Generations running and waiting now, and the prefix cache's counters.
   EngineLoad load();
+  // KV bytes one sequence of `tokens` positions holds (f32 keys and values, every layer).
+  size_t kv_bytes(int64_t tokens) const;
   // Cancels the running jobs (each with an error event) and every queued one.
   void cancel_all(const std::string& reason);
   // Finishes the running jobs, fails the queued ones, joins the thread.
@@ -55,6 +58,7 @@ class EngineWorker {
   void step(std::vector<std::unique_ptr<Sequence>>& active);
   void accept(Sequence& seq, const SampledToken& sampled);
   void finish(Sequence& seq);
+  void release(const std::shared_ptr<EventChannel>& channel, size_t kv_reserved);
   void emit(Sequence& seq, std::string text, std::vector<TokenLogprob> logprobs = {});
 
   const Model& model_;
@@ -70,6 +74,8 @@ class EngineWorker {
   std::condition_variable wake_;
   std::deque<Job> queue_;
   std::vector<std::shared_ptr<EventChannel>> running_;
+  size_t kv_budget_bytes_;
+  size_t kv_bytes_in_use_ = 0;  // reserved by the running sequences (under mutex_)
   std::optional<PrefixCache> prefix_cache_;  // used under mutex_ (the engine thread, and load() for stats)
   std::string cancel_reason_;
   bool stopping_ = false;

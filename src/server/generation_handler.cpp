@@ -133,10 +133,19 @@ HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
     throw ApiError(400, fmt::format("the prompt ({} tokens) fills the model's context of {} tokens", n_prompt,
                                     config_.context_length),
                    prompt_field, "context_length_exceeded");
+  const int64_t max_tokens = params.max_tokens.value_or(std::min(config_.default_max_tokens, room));
+  const size_t kv_need = static_cast<size_t>(n_prompt + max_tokens) * config_.kv_bytes_per_token;
+  if (config_.kv_budget_bytes > 0 && kv_need > config_.kv_budget_bytes)
+    throw ApiError(400,
+                   fmt::format("the prompt ({} tokens) plus max_tokens ({}) needs {:.2f} GB of KV cache; this server's "
+                               "--kv-budget is {:.2f} GB",
+                               n_prompt, max_tokens, static_cast<double>(kv_need) / 1e9,
+                               static_cast<double>(config_.kv_budget_bytes) / 1e9),
+                   params.max_tokens ? "max_tokens" : prompt_field, "kv_budget_exceeded");
   if (engine_.load().queued >= config_.max_queue)
     throw ApiError(429, fmt::format("the server is busy: {} requests are already waiting; retry shortly", config_.max_queue));
 
-  p.job.max_tokens = params.max_tokens.value_or(std::min(config_.default_max_tokens, room));
+  p.job.max_tokens = max_tokens;
   p.job.sampling = params.sampling;
   p.job.stop = params.stop;
   p.job.ignore_eos = params.ignore_eos;

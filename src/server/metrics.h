@@ -21,6 +21,8 @@ struct EngineLoad {
   int running = 0;  // generations on the engine now
   int queued = 0;   // waiting for it
   PrefixCacheStats prefix_cache;
+  size_t kv_bytes_in_use = 0;  // reserved by running generations
+  size_t kv_budget_bytes = 0;  // 0: no cap
 };
 
 class Metrics {

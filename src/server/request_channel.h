@@ -75,6 +75,7 @@ struct Job {
   std::vector<std::string> stop;  // stop strings (the eos ids always stop)
   bool ignore_eos = false;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+  size_t kv_reserved = 0;  // set by the engine on admission
   std::shared_ptr<EventChannel> channel;
 };
 

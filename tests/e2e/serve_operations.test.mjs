@@ -140,3 +140,43 @@ test('SIGTERM past --drain-timeout: the stream gets an error event, the process 
     stopServer(own);
   }
 });
+
+test('--kv-budget: requests whose KV does not fit beside the running ones wait; one that never fits is 400', async () => {
+  // The demo model keeps 8 layers × 128 floats × (k, v) = 8 KiB of KV per token: 0.0005 GB ≈ 61 tokens.
+  const own = await startServer(['--kv-budget', '0.0005', '--batch', '8']);
+  try {
+    const post = (body) => fetch(`${own.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+    });
+    const messages = [{ role: 'user', content: 'What is a kettle?' }];
+    const never = await post({ messages, max_tokens: 100 });
+    assert.equal(never.status, 400);
+    const err = await never.json();
+    assert.equal(err.error.code, 'kv_budget_exceeded');
+    assert.equal(err.error.param, 'max_tokens');
+    assert.match(err.error.message, /--kv-budget/);
+    let maxRunning = 0, maxQueued = 0, polling = true;
+    const poll = (async () => {
+      while (polling) {
+        const s = (await (await fetch(`${own.base}/stats`)).json()).requests;
+        maxRunning = Math.max(maxRunning, s.running);
+        maxQueued = Math.max(maxQueued, s.queued);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    })();
+    const results = await Promise.all(Array.from({ length: 4 }, () => post({ messages, max_tokens: 30, temperature: 0, ignore_eos: true })));
+    polling = false;
+    await poll;
+    for (const r of results) {
+      assert.equal(r.status, 200);
+      assert.equal((await r.json()).usage.completion_tokens, 30);
+    }
+    assert.equal(maxRunning, 1, 'two sequences of 45 tokens do not fit in 61 tokens of KV');
+    assert.ok(maxQueued >= 1);
+    const stats = await (await fetch(`${own.base}/stats`)).json();
+    assert.equal(stats.kv.budget_bytes, 500000);
+    assert.equal(stats.kv.bytes_in_use, 0);
+  } finally {
+    stopServer(own);
+  }
+});
