@@ -5,7 +5,7 @@
 // time-to-first-token percentiles.
 //   cd tests && KETTLE_BIN=../build/kettle node ../bench/load_test.mjs [--clients 16] [--requests 64]
 //        [--max-tokens 64] [--model DIR] [-- extra serve flags...]
-import { startServer, stopServer } from '../tests/support/kettle_server.mjs';
+import { sseJson, startServer, stopServer } from '../tests/support/kettle_server.mjs';
 
 const args = process.argv.slice(2);
 const flag = (name, fallback) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : fallback; };
@@ -28,19 +28,11 @@ async function one(i) {
     }),
   });
   if (res.status !== 200) throw new Error(`request ${i}: HTTP ${res.status}`);
-  const decoder = new TextDecoder();
-  let pending = '', first = null, usage = null;
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    const events = pending.split('\n\n');
-    pending = events.pop();
-    for (const e of events) {
-      if (!e.startsWith('data: {')) continue;
-      const chunk = JSON.parse(e.slice(6));
-      if (chunk.error) throw new Error(`request ${i}: ${chunk.error.message}`);
-      if (first === null && chunk.choices?.[0]?.delta?.content) first = performance.now() - t0;
-      usage = chunk.usage ?? usage;
-    }
+  let first = null, usage = null;
+  for await (const chunk of sseJson(res)) {
+    if (chunk.error) throw new Error(`request ${i}: ${chunk.error.message}`);
+    if (first === null && chunk.choices?.[0]?.delta?.content) first = performance.now() - t0;
+    usage = chunk.usage ?? usage;
   }
   if (usage?.completion_tokens !== maxTokens) throw new Error(`request ${i}: ${usage?.completion_tokens} of ${maxTokens} tokens`);
   return { ttft: first, total: performance.now() - t0 };

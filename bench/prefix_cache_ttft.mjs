@@ -1,7 +1,7 @@
 // Time to first token with and without the prefix cache: a long shared system
 // prompt (~1,500 tokens on the demo model), then questions that share it.
 //   cd tests && KETTLE_BIN=../build/kettle node ../bench/prefix_cache_ttft.mjs [MODEL_DIR] [ROUNDS]
-import { startServer, stopServer } from '../tests/support/kettle_server.mjs';
+import { sseJson, startServer, stopServer } from '../tests/support/kettle_server.mjs';
 
 const model = process.argv[2] ? [process.argv[2]] : [];
 const rounds = Number(process.argv[3] ?? 5);
@@ -17,18 +17,10 @@ async function ttft(base, question) {
       max_tokens: 4, temperature: 0, stream: true, stream_options: { include_usage: true }, ignore_eos: true,
     }),
   });
-  const decoder = new TextDecoder();
-  let first = null, usage = null, pending = '';
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    const events = pending.split('\n\n');
-    pending = events.pop();
-    for (const e of events) {
-      if (!e.startsWith('data: {')) continue;
-      const chunk = JSON.parse(e.slice(6));
-      if (first === null && chunk.choices?.[0]?.delta?.content) first = performance.now() - t0;
-      usage = chunk.usage ?? usage;
-    }
+  let first = null, usage = null;
+  for await (const chunk of sseJson(res)) {
+    if (first === null && chunk.choices?.[0]?.delta?.content) first = performance.now() - t0;
+    usage = chunk.usage ?? usage;
   }
   return { ms: first, prompt: usage.prompt_tokens, cached: usage.prompt_tokens_details.cached_tokens };
 }

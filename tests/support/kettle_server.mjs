@@ -34,3 +34,15 @@ export async function startServer(args = []) {
 export function stopServer(server) {
   if (server && !server.exited) server.proc.kill('SIGKILL');
 }
+
+// The JSON payloads of a server-sent-events response, as they arrive ([DONE] and comments skipped).
+export async function* sseJson(res) {
+  const decoder = new TextDecoder();
+  let pending = '';
+  for await (const bytes of res.body) {
+    pending += decoder.decode(bytes, { stream: true });
+    const events = pending.split('\n\n');
+    pending = events.pop();
+    for (const e of events) if (e.startsWith('data: {')) yield JSON.parse(e.slice(6));
+  }
+}
