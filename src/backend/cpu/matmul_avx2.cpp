@@ -179,7 +179,7 @@ void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blo
 template <class L>
 void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
   if (t.n <= kGemvMaxTokens) {
-    run_rows<L, 4, 2>(t, row_begin, row_end, Blocking{t.n, 4, t.k});
+    run_rows<L, 4, 2>(t, row_begin, row_end, Blocking{t.n, 4, kGemmK});
     return;
   }
   int64_t rows = kGemmRows * 2 / static_cast<int64_t>(sizeof(typename L::T));

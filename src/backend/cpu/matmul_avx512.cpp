@@ -209,7 +209,7 @@ void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
   if (t.n <= kGemvMaxTokens) {
     // Decode: each weight row is read once, in 8-row tiles for enough
     // independent loads and accumulators; the token rows sit in L1/L2.
-    run_rows<L, 8, 3>(t, row_begin, row_end, Blocking{t.n, 8, t.k});
+    run_rows<L, 8, 3>(t, row_begin, row_end, Blocking{t.n, 8, kGemmK});
     return;
   }
   // f32 weights take twice the bytes: half the rows keep the block's size.

@@ -170,6 +170,33 @@ TEST_P(MatmulTest, ThreadCountDoesNotChangeResult) {
   }
 }
 
+// Continuous batching relies on this: a token row's output is the same bits whether it is
+// multiplied alone (decode tiles) or among many (GEMM tiles), for k past one k-block too.
+// (OpenBLAS's sgemm gives no such promise; it is the path only of CPUs without AVX2.)
+TEST_P(MatmulTest, RowResultDoesNotDependOnRowCount) {
+  if (GetParam() == MatmulPath::kBlas) GTEST_SKIP() << "OpenBLAS blocks by the row count; not batch-invariant";
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t k : {384, 2500}) {
+      const int64_t m = 77, n = 9;
+      Weights w = make_weights(dtype, {m, k}, rng);
+      Weights b = make_weights(DType::kF32, {m}, rng);
+      std::vector<float> x(static_cast<size_t>(n * k));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> together(static_cast<size_t>(n * m), NAN), alone(static_cast<size_t>(m), NAN);
+      cpu_matmul_on(GetParam(), pool, x.data(), n, k, w.tensor, &b.tensor, together.data(), m);
+      for (int64_t t = 0; t < n; ++t) {
+        cpu_matmul_on(GetParam(), pool, x.data() + t * k, 1, k, w.tensor, &b.tensor, alone.data(), m);
+        for (int64_t r = 0; r < m; ++r)
+          ASSERT_EQ(alone[static_cast<size_t>(r)], together[static_cast<size_t>(t * m + r)])
+              << matmul_path_name(GetParam()) << " " << dtype_name(dtype) << " k=" << k << " row " << t << " out " << r;
+      }
+    }
+  }
+}
+
 // A grouped matmul (q/k/v, gate/up in one pass) equals one matmul per weight, bit for bit,
 // whatever the thread count, including weights whose rows are not a multiple of the granule.
 TEST_P(MatmulTest, GroupedEqualsSeparate) {
