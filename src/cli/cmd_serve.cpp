@@ -141,7 +141,8 @@ int run_serve(const ServeFlags& flags) {
   std::optional<ChatTemplate> chat_template = load_chat_template(folder);
 
   server::ServerConfig config;
-  config.model_id = model_id(folder);
+  // A registry query names the model as the user wrote it (as vLLM does); a folder by its name.
+  config.model_id = flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_id(folder) : flags.model;
   config.context_length = model.spec.max_position_embeddings;
   config.vocab_size = model.spec.vocab_size;
   config.thinking = flags.thinking == "on";

@@ -3,6 +3,7 @@
 
 #include <charconv>
 
+#include "model/hf_cache.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/thread_pool.h"
@@ -45,7 +46,11 @@ nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars)
 std::string default_model_dir() { return KETTLE_DEFAULT_MODEL; }
 
 std::string model_or_default(const std::string& model) {
-  if (!model.empty()) return model;
+  if (!model.empty()) {
+    std::string folder = resolve_model(model, hf_hub_cache_dir());
+    if (folder != model) log::info("model '{}': {}", model, folder);
+    return folder;
+  }
   log::info("no --model given: using the bundled demo model {}", default_model_dir());
   return default_model_dir();
 }

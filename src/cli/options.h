@@ -23,7 +23,8 @@ nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars)
 
 // The model used when a command is given none: the bundled demo model.
 std::string default_model_dir();
-// `model` when given, else the default model (saying so on the terminal).
+// The folder `model` names (a folder, else a query of the local Hugging Face cache,
+// model/hf_cache.h) when given, else the default model (saying so on the terminal).
 std::string model_or_default(const std::string& model);
 
 // --temp/--top-k/--top-p/--min-p/--repetition-penalty: each overrides generation_config.json's

@@ -1,0 +1,28 @@
+// The local model registry: models in the Hugging Face hub cache layout
+// ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub):
+//   models--{org}--{name}/refs/main        the revision a plain name means
+//   models--{org}--{name}/snapshots/{rev}/ the files (config.json, ...)
+// A model argument that is not a folder is looked up here: "org/name"
+// exactly (case-insensitive), else a unique case-insensitive substring of
+// "org/name".
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kettle {
+
+struct CachedModel {
+  std::string id;      // "org/name"
+  std::string folder;  // the snapshot folder holding config.json
+};
+
+std::string hf_hub_cache_dir();
+// Every cached model with a snapshot that has a config.json, sorted by id.
+std::vector<CachedModel> list_cached_models(const std::string& cache_dir);
+// The folder a model argument names: an existing folder as it is, else a registry match.
+// Throws kettle::Error: kNotFound naming the query and the cache searched; kInvalidArgument
+// listing the candidates when the query is ambiguous.
+std::string resolve_model(const std::string& query, const std::string& cache_dir);
+
+}  // namespace kettle
