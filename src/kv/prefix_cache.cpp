@@ -68,6 +68,13 @@ void PrefixCache::evict_to(size_t capacity) {
   }
 }
 
+int64_t PrefixCache::clear() {
+  const auto n = static_cast<int64_t>(entries_.size());
+  entries_.clear();
+  bytes_ = 0;
+  return n;
+}
+
 PrefixCacheStats PrefixCache::stats() const {
   return {lookups_, hits_, cached_tokens_, static_cast<int64_t>(entries_.size()), bytes_, capacity_};
 }

@@ -47,6 +47,9 @@ class PrefixCache {
   // whose tokens are a prefix of these are dropped (this one covers them).
   void put(std::vector<int32_t> tokens, KvCache kv);
 
+  // Drops every entry (the counters stay); returns how many there were.
+  int64_t clear();
+
   PrefixCacheStats stats() const;
   int64_t block_size() const { return block_size_; }
 

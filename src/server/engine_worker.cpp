@@ -74,6 +74,11 @@ size_t EngineWorker::kv_bytes(int64_t tokens) const {
          static_cast<size_t>(model_.spec.n_layers);
 }
 
+int64_t EngineWorker::flush_prefix_cache() {
+  std::lock_guard lock(mutex_);
+  return prefix_cache_ ? prefix_cache_->clear() : 0;
+}
+
 EngineLoad EngineWorker::load() {
   std::lock_guard lock(mutex_);
   return {static_cast<int>(running_.size()), static_cast<int>(queue_.size()),

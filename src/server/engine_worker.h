@@ -42,6 +42,8 @@ class EngineWorker {
   void submit(Job job);
   // Generations running and waiting now, and the prefix cache's counters.
   EngineLoad load();
+  // Empties the prefix cache (POST /admin/cache/flush); returns the entries dropped.
+  int64_t flush_prefix_cache();
   // KV bytes one sequence of `tokens` positions holds (f32 keys and values, every layer).
   size_t kv_bytes(int64_t tokens) const;
   // Cancels the running jobs (each with an error event) and every queued one.

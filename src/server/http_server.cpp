@@ -1,7 +1,8 @@
-// Routes and cross-cutting HTTP behaviour: CORS (any origin may call, as
+// Routes (the chat page, /health, /stats, /metrics, /admin/cache/flush,
+// /v1/models) and cross-cutting HTTP behaviour: CORS (any origin may call, as
 // llama-server and vLLM allow by default; preflight answered), errors
-// cpp-httplib raises itself in the OpenAI shape, the read-only routes, and
-// the drain on shutdown. Generation routes live in generation_handler.cpp.
+// cpp-httplib raises itself in the OpenAI shape, and the drain on shutdown.
+// Generation routes live in generation_handler.cpp.
 #include "server/http_server.h"
 
 #include <httplib.h>
@@ -88,6 +89,10 @@ void HttpServer::routes() {
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.prometheus(engine_.load(), config_.model_id), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_->Post("/admin/cache/flush", [this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json body = {{"flushed_entries", engine_.flush_prefix_cache()}};
+    res.set_content(body.dump(), "application/json");
   });
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(openai_model_list(config_.model_id, 0).dump(), "application/json");
