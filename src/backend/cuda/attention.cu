@@ -17,13 +17,14 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxDimsPerLane = 8;  // head_dim ≤ 256
 constexpr int kKeysPerIter = 4;     // K/V rows each warp loads before using them
 
-int chunk_keys(int64_t n) { return n <= 4 ? 64 : 256; }
+int chunk_keys(int64_t n) { return n <= 4 ? 32 : 256; }
 
 template <int G>
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
                            AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial) {
+  grid_wait();
   __shared__ float sm_m[kAttnWarps][G], sm_l[kAttnWarps][G];
   __shared__ float sm_acc[kAttnWarps][G][kMaxDimsPerLane * kWarp];
   const int split = blockIdx.x;
@@ -122,6 +123,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
 // grid (n_heads, n): merges the chunks of one query head.
 __global__ void attention_merge_kernel(const float* __restrict__ partial, int n_heads, int head_dim, int splits,
                                        float* out, int64_t ldo) {
+  grid_wait();
   const int head = blockIdx.x;
   const int64_t t = blockIdx.y;
   const float* slots = partial + (t * n_heads + head) * splits * (head_dim + 2);
@@ -166,13 +168,13 @@ void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, con
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / g), static_cast<unsigned>(n));
   const int threads = kAttnWarps * kWarp;
   switch (g) {
-    case 4: attention_chunk_kernel<4><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    case 3: attention_chunk_kernel<3><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    case 2: attention_chunk_kernel<2><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    default: attention_chunk_kernel<1><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    case 4: launch(attention_chunk_kernel<4>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    case 3: launch(attention_chunk_kernel<3>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    case 2: launch(attention_chunk_kernel<2>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    default: launch(attention_chunk_kernel<1>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
   }
   if (splits > 1)
-    attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(n)), 128, 0, stream>>>(
+    launch(attention_merge_kernel, dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(n)), 128, 0, stream, 
         workspace, p.n_heads, p.head_dim, splits, out, ldo);
 }
 

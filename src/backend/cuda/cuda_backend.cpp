@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &attention_ws_, &moe_ws_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &attention_ws_, &moe_ws_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -120,7 +120,7 @@ class CudaBackend final : public Backend {
 
   Tensor resident(const Tensor& weight) override {
     if (weight.empty()) return weight;
-    const ResidentKey key{weight.data, weight.dtype, weight.numel()};
+    const ResidentKey key{weight.data, weight.dtype, weight.numel(), fingerprint(weight)};
     auto it = resident_.find(key);
     if (it != resident_.end()) {
       Tensor view = it->second;
@@ -228,10 +228,32 @@ class CudaBackend final : public Backend {
       check_launch("gemv");
       return;
     }
+    if (n <= kSplitRows) {
+      // Few rows: the GEMM streams the weights once either way, so x goes in as two
+      // bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)) for f32-accurate activations at
+      // almost no cost. MoE routing and the golden parity depend on it.
+      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
+      cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
+      check_launch("to_bf16_split");
+      for (int i = 0; i < count; ++i) {
+        const int64_t m = targets[i].w->dim(0);
+        auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
+        gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m);
+        cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, stream_);
+        check_launch("sum_halves");
+      }
+      return;
+    }
     auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
     cuda::to_bf16(x, n, k, ldx, xb, stream_);
     check_launch("to_bf16");
-    for (int i = 0; i < count; ++i) gemm(xb, n, k, targets[i]);
+    for (int i = 0; i < count; ++i) {
+      gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo);
+      if (const float* b = f32_data(targets[i].bias, "matmul")) {
+        cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
+        check_launch("add_bias");
+      }
+    }
   }
 
   void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
@@ -335,17 +357,32 @@ class CudaBackend final : public Backend {
  private:
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;
   static constexpr size_t kMaxGraphs = 64;
+  static constexpr int64_t kSplitRows = 64;  // GEMMs of at most this many rows take x as hi + lo
 
+  // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
+  // and reused for other weights at the same address must not find the old copy.
   struct ResidentKey {
     const void* data;
     DType dtype;
     int64_t numel;
+    uint64_t fingerprint;
     bool operator<(const ResidentKey& o) const {
       if (data != o.data) return data < o.data;
       if (dtype != o.dtype) return dtype < o.dtype;
-      return numel < o.numel;
+      if (numel != o.numel) return numel < o.numel;
+      return fingerprint < o.fingerprint;
     }
   };
+
+  // FNV-1a over up to 256 bytes at each end of the tensor.
+  static uint64_t fingerprint(const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    const size_t bytes = t.nbytes(), edge = std::min<size_t>(bytes, 256);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < edge; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = bytes - edge; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
 
   static size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -391,20 +428,16 @@ class CudaBackend final : public Backend {
     graphs_.clear();
   }
 
-  // out (row stride ldo) = x · wᵀ (+ bias): cuBLAS sees the row-major product as the
-  // column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
-  void gemm(const cuda::Bf16* xb, int64_t n, int64_t k, const MatmulTarget& t) {
-    const int64_t m = t.w->dim(0);
+  // out[n, m] (row stride ldo) = xb[n, k] · wᵀ: cuBLAS sees the row-major product as
+  // the column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
+  void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo) {
+    const int64_t m = w.dim(0);
     const float one = 1.0f, zero = 0.0f;
     check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
-                       static_cast<int>(k), &one, bf16_data(*t.w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
-                       CUDA_R_16BF, static_cast<int>(k), &zero, t.out, CUDA_R_32F, static_cast<int>(t.ldo),
+                       static_cast<int>(k), &one, bf16_data(w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
+                       CUDA_R_16BF, static_cast<int>(k), &zero, out, CUDA_R_32F, static_cast<int>(ldo),
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
-    if (const float* b = f32_data(t.bias, "matmul")) {
-      cuda::add_bias(t.out, n, m, t.ldo, b, stream_);
-      check_launch("add_bias");
-    }
   }
 
   // Device table [gate pointers | up pointers | down pointers] for one layer's experts.
@@ -438,7 +471,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
   bool capturing_ = false;
-  Workspace gemm_x_, attention_ws_, moe_ws_;
+  Workspace gemm_x_, gemm_out_, attention_ws_, moe_ws_;
 };
 
 }  // namespace

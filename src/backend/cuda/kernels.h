@@ -29,6 +29,11 @@ void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, co
                 cudaStream_t stream);
 // out[n, k] (dense) = bf16(x[n, k] (stride ldx)): the GEMM's activation operand.
 void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
+// out[2n, k] (dense): rows [0, n) = bf16(x), rows [n, 2n) = bf16(x - bf16(x)).
+void to_bf16_split(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
+// out[t, i] (stride ldo) = wide[t, i] + wide[n + t, i] (+ bias[i]); wide: [2n, m] dense.
+void sum_halves(const float* wide, int64_t n, int64_t m, const float* bias, float* out, int64_t ldo,
+                cudaStream_t stream);
 // out[t, i] (stride ldo) += bias[i] for t < n, i < m.
 void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, cudaStream_t stream);
 

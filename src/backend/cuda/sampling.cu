@@ -10,6 +10,7 @@ constexpr int kArgmaxThreads = 1024;
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* __restrict__ logits, int64_t vocab,
                                                                 int32_t* out) {
+  grid_wait();
   __shared__ float best_v[kArgmaxThreads / kWarp];
   __shared__ int best_i[kArgmaxThreads / kWarp];
   const float* row = logits + blockIdx.x * vocab;
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* __r
 }  // namespace
 
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream) {
-  argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(logits, vocab, out);
+  launch(argmax_kernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, stream, logits, vocab, out);
 }
 
 }  // namespace kettle::cuda
