@@ -152,6 +152,10 @@ class Backend {
   // x[i] = cap * tanh(x[i] / cap)
   virtual void softcap(float* x, int64_t n, float cap) = 0;
 
+  // ids[r] = the index of row r's largest logit (ties: the lower index), for greedy decoding
+  // where the logits live; logits: [rows, vocab], ids: [rows], both backend memory.
+  virtual void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) = 0;
+
   // Routed mixture of experts: out[n, hidden] = Σ_topk p_e · down_e(act(gate_e x) · up_e x),
   // with router logits = x · routerᵀ and p = softmax over all experts (renormalised over top-k).
   virtual void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,

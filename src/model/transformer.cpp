@@ -91,8 +91,9 @@ void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
     scratch_tokens_ = n;
     ++scratch_epoch_;
   }
-  if (device && logits_rows > logits_rows_) {
+  if (logits_rows > logits_rows_) {
     logits_ = BackendArray<float>(backend_, static_cast<size_t>(logits_rows * s.vocab_size));
+    if (next_id_.size() == 0) next_id_ = BackendArray<int32_t>(backend_, 1);
     logits_rows_ = logits_rows;
     ++scratch_epoch_;
   }
@@ -105,6 +106,7 @@ uint64_t Transformer::step_key(const KvCache& kv) const {
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(static_cast<uint64_t>(step_.n));
   mix(static_cast<uint64_t>(step_.rows));
+  mix(step_.next_id != nullptr ? 1 : 0);
   mix(static_cast<uint64_t>(kv.capacity()));
   mix(scratch_epoch_);
   auto& cache = const_cast<KvCache&>(kv);
@@ -116,29 +118,43 @@ uint64_t Transformer::step_key(const KvCache& kv) const {
 }
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
-  const ModelSpec& s = model_.spec;
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
+  execute(tokens, n, kv, rows, logits, false);
+  if (!backend_.host_memory())
+    backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
+}
+
+int32_t Transformer::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
+  execute(tokens, n, kv, 1, nullptr, true);
+  int32_t id = 0;
+  backend_.to_host(&id, next_id_.data(), sizeof id);
+  return id;
+}
+
+void Transformer::execute(const int32_t* tokens, int64_t n, KvCache& kv, int64_t rows, float* host_logits,
+                          bool greedy) {
   const bool host = backend_.host_memory();
-  ensure_scratch(n, rows);
+  // The host backend writes forward()'s logits straight into the caller's buffer.
+  const bool own_logits = !host || greedy;
+  ensure_scratch(n, own_logits ? rows : 0);
   kv.reserve(kv.length() + n);
   const int64_t start = kv.length();
   update_ropes(start + n);
   for (int64_t t = 0; t < n; ++t) host_positions_[static_cast<size_t>(t)] = static_cast<int32_t>(start + t);
 
-  step_ = Step{tokens, host_positions_.data(), n, rows, &kv, logits};
+  step_ = Step{tokens, host_positions_.data(), n, rows, &kv, own_logits ? logits_.data() : host_logits,
+               greedy ? next_id_.data() : nullptr};
   if (!host) {
     backend_.to_device(ids_.data(), tokens, static_cast<size_t>(n) * sizeof(int32_t));
     backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
     step_.ids = ids_.data();
     step_.positions = positions_.data();
-    step_.logits = logits_.data();
   }
   if (n == 1 && recordable_)
     backend_.run_step(step_key(kv), [this] { run_step(); });
   else
     run_step();
   kv.set_length(start + n);
-  if (!host) backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * s.vocab_size) * sizeof(float));
 }
 
 void Transformer::run_step() {
@@ -155,6 +171,7 @@ void Transformer::run_step() {
   residual_norm(w.final_norm, first, step_.rows);
   backend_.matmul(normed_.data(), step_.rows, h, w.lm_head, nullptr, step_.logits, s.vocab_size);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
+  if (step_.next_id != nullptr) backend_.argmax(step_.logits + (step_.rows - 1) * s.vocab_size, 1, s.vocab_size, step_.next_id);
 }
 
 void Transformer::residual_norm(const Tensor& weight, int64_t first_row, int64_t rows) {

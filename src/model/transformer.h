@@ -31,6 +31,10 @@ class Transformer {
   // token or [n, vocab] for all.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits);
 
+  // As forward, then the last token's greedy next id computed where the logits live:
+  // on a GPU only the id crosses to the host.
+  int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv);
+
  private:
   // What one step reads; a member so the recorded lambda captures only `this`.
   struct Step {
@@ -39,7 +43,10 @@ class Transformer {
     int64_t n = 0, rows = 0;             // tokens, logits rows
     KvCache* kv = nullptr;
     float* logits = nullptr;             // [rows, vocab] backend memory
+    int32_t* next_id = nullptr;          // [1] backend memory, or nullptr: no argmax
   };
+  // Uploads the step's values and runs it (recorded when it is one token).
+  void execute(const int32_t* tokens, int64_t n, KvCache& kv, int64_t rows, float* host_logits, bool greedy);
   void run_step();
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
@@ -70,7 +77,8 @@ class Transformer {
   BackendArray<float> attn_;     // [n, q_size]
   BackendArray<float> proj_;     // [n, hidden]
   BackendArray<float> mlp_;      // [n, 2 inter] [gate | up]
-  BackendArray<float> logits_;   // [rows, vocab] (device backends only)
+  BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
+  BackendArray<int32_t> next_id_;  // [1] the greedy step's result
 };
 
 }  // namespace kettle

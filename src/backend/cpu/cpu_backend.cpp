@@ -1,5 +1,6 @@
 // CpuBackend: the reference backend. Owns the thread pool and forwards each
 // Backend op to its file in this folder.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -74,6 +75,12 @@ class CpuBackend final : public Backend {
     cpu::attention(pool_, q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo);
   }
   void softcap(float* x, int64_t n, float cap) override { cpu::softcap(pool_, x, n, cap); }
+  void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits + r * vocab;
+      ids[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // first of equal maxima
+    }
+  }
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
            const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) override {
     cpu::moe(pool_, x, n, hidden, router, experts, params, out);

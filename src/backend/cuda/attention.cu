@@ -14,19 +14,19 @@ namespace kettle::cuda {
 namespace {
 
 constexpr int kAttnWarps = 4;
-constexpr int kMaxDimsPerLane = 8;  // head_dim ≤ 256
+// Kernels are built for D = 1, 2, 4, 8 head dims per lane: head_dim ≤ 256.
 constexpr int kKeysPerIter = 4;     // K/V rows each warp loads before using them
 
 int chunk_keys(int64_t n) { return n <= 4 ? 32 : 256; }
 
-template <int G>
+template <int G, int D>
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
                            AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial) {
   grid_wait();
   __shared__ float sm_m[kAttnWarps][G], sm_l[kAttnWarps][G];
-  __shared__ float sm_acc[kAttnWarps][G][kMaxDimsPerLane * kWarp];
+  __shared__ float sm_acc[kAttnWarps][G][D * kWarp];
   const int split = blockIdx.x;
   const int head0 = blockIdx.y * G;
   const int kvh = head0 / (p.n_heads / p.n_kv_heads);
@@ -38,13 +38,13 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   const int64_t begin = max(first, static_cast<int64_t>(split) * chunk);
   const int64_t end = min(pos + 1, static_cast<int64_t>(split + 1) * chunk);
 
-  float qv[G][kMaxDimsPerLane], acc[G][kMaxDimsPerLane], m[G], l[G];
+  float qv[G][D], acc[G][D], m[G], l[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    for (int i = 0; i < D; ++i) {
       const int d = lane + i * kWarp;
       qv[g][i] = d < hd ? q[t * ldq + static_cast<int64_t>(head0 + g) * hd + d] : 0.0f;
       acc[g][i] = 0.0f;
@@ -53,12 +53,12 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   const float* k_base = k_cache + static_cast<int64_t>(kvh) * hd;
   const float* v_base = v_cache + static_cast<int64_t>(kvh) * hd;
   for (int64_t j0 = begin + warp * kKeysPerIter; j0 < end; j0 += kAttnWarps * kKeysPerIter) {
-    float kr[kKeysPerIter][kMaxDimsPerLane], vr[kKeysPerIter][kMaxDimsPerLane];
+    float kr[kKeysPerIter][D], vr[kKeysPerIter][D];
 #pragma unroll
     for (int u = 0; u < kKeysPerIter; ++u) {
       const int64_t j = j0 + u;
 #pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      for (int i = 0; i < D; ++i) {
         const int d = lane + i * kWarp;
         const bool ok = j < end && d < hd;
         kr[u][i] = ok ? k_base[j * ld_kv + d] : 0.0f;
@@ -72,14 +72,14 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       for (int g = 0; g < G; ++g) {
         float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kMaxDimsPerLane; ++i) s = fmaf(qv[g][i], kr[u][i], s);
+        for (int i = 0; i < D; ++i) s = fmaf(qv[g][i], kr[u][i], s);
         s = warp_sum(s) * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
         const float m_new = fmaxf(m[g], s);
         const float correction = expf(m[g] - m_new), weight = expf(s - m_new);
         l[g] = l[g] * correction + weight;
 #pragma unroll
-        for (int i = 0; i < kMaxDimsPerLane; ++i) acc[g][i] = fmaf(acc[g][i], correction, weight * vr[u][i]);
+        for (int i = 0; i < D; ++i) acc[g][i] = fmaf(acc[g][i], correction, weight * vr[u][i]);
         m[g] = m_new;
       }
     }
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       sm_l[warp][g] = l[g];
     }
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) sm_acc[warp][g][lane + i * kWarp] = acc[g][i];
+    for (int i = 0; i < D; ++i) sm_acc[warp][g][lane + i * kWarp] = acc[g][i];
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
@@ -167,12 +167,25 @@ void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, con
   const int g = heads_per_block(p);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / g), static_cast<unsigned>(n));
   const int threads = kAttnWarps * kWarp;
+  const int d = p.head_dim <= 32 ? 1 : p.head_dim <= 64 ? 2 : p.head_dim <= 128 ? 4 : 8;
+  const auto run = [&](auto kernel) {
+    launch(kernel, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo,
+           workspace);
+  };
+#define KETTLE_ATTENTION_CASE(G)                                \
+  case G:                                                       \
+    if (d == 1) run(attention_chunk_kernel<G, 1>);              \
+    else if (d == 2) run(attention_chunk_kernel<G, 2>);         \
+    else if (d == 4) run(attention_chunk_kernel<G, 4>);         \
+    else run(attention_chunk_kernel<G, 8>);                     \
+    break;
   switch (g) {
-    case 4: launch(attention_chunk_kernel<4>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    case 3: launch(attention_chunk_kernel<3>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    case 2: launch(attention_chunk_kernel<2>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    default: launch(attention_chunk_kernel<1>, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    KETTLE_ATTENTION_CASE(4)
+    KETTLE_ATTENTION_CASE(3)
+    KETTLE_ATTENTION_CASE(2)
+    default: KETTLE_ATTENTION_CASE(1)
   }
+#undef KETTLE_ATTENTION_CASE
   if (splits > 1)
     launch(attention_merge_kernel, dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(n)), 128, 0, stream, 
         workspace, p.n_heads, p.head_dim, splits, out, ldo);

@@ -70,6 +70,8 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     device_name_ = prop.name;
+    check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kPinnedBytes), "cudaMallocHost");
+    check(cudaMallocHost(reinterpret_cast<void**>(&pinned_out_), kPinnedBytes), "cudaMallocHost");
   }
 
   ~CudaBackend() override {
@@ -80,6 +82,8 @@ class CudaBackend final : public Backend {
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
     for (Workspace* w : {&gemm_x_, &gemm_out_, &attention_ws_, &moe_ws_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
+    cudaFreeHost(pinned_);
+    cudaFreeHost(pinned_out_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -107,12 +111,32 @@ class CudaBackend final : public Backend {
   void release(void* data, size_t bytes) override {
     if (data != nullptr) free_[round_up(bytes)].push_back(data);
   }
+  // Small copies (a step's token ids and positions, its logits or next id) go through
+  // pinned memory, so they are true async DMAs rather than staged pageable copies.
   void to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes <= kPinnedBytes / 4) {
+      if (pinned_used_ + bytes > kPinnedBytes) {
+        check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // earlier copies have left
+        pinned_used_ = 0;
+      }
+      char* slot = pinned_ + pinned_used_;
+      std::memcpy(slot, src, bytes);
+      pinned_used_ += round_up(bytes);
+      check(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (to device)");
+      return;
+    }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (to device)");
   }
   void to_host(void* dst, const void* src, size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (bytes <= kPinnedBytes) {
+      check(cudaMemcpyAsync(pinned_out_, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      std::memcpy(dst, pinned_out_, bytes);
+    } else {
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+    pinned_used_ = 0;  // the stream is idle: every staged upload has landed
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (device)");
@@ -331,6 +355,11 @@ class CudaBackend final : public Backend {
     check_launch("softcap");
   }
 
+  void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
+    cuda::argmax_rows(logits, rows, vocab, ids, stream_);
+    check_launch("argmax");
+  }
+
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router, const std::vector<ExpertWeights>& experts,
            const MoeParams& params, float* out) override {
     const int n_experts = static_cast<int>(router.dim(0));
@@ -357,6 +386,7 @@ class CudaBackend final : public Backend {
  private:
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;
   static constexpr size_t kMaxGraphs = 64;
+  static constexpr size_t kPinnedBytes = size_t{4} << 20;
   static constexpr int64_t kSplitRows = 64;  // GEMMs of at most this many rows take x as hi + lo
 
   // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
@@ -471,6 +501,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
   bool capturing_ = false;
+  char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
+  size_t pinned_used_ = 0;
+  char* pinned_out_ = nullptr;  // staging for downloads
   Workspace gemm_x_, gemm_out_, attention_ws_, moe_ws_;
 };
 
