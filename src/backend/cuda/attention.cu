@@ -23,7 +23,8 @@ template <int G, int D>
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
-                           AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial) {
+                           AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial,
+                           unsigned* arrivals) {
   grid_wait();
   __shared__ float sm_m[kAttnWarps][G], sm_l[kAttnWarps][G];
   __shared__ float sm_acc[kAttnWarps][G][D * kWarp];
@@ -118,31 +119,36 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       }
     }
   }
-}
-
-// grid (n_heads, n): merges the chunks of one query head.
-__global__ void attention_merge_kernel(const float* __restrict__ partial, int n_heads, int head_dim, int splits,
-                                       float* out, int64_t ldo) {
-  grid_wait();
-  const int head = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const float* slots = partial + (t * n_heads + head) * splits * (head_dim + 2);
-  float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    const float* slot = slots + s * (head_dim + 2);
-    if (slot[head_dim + 1] > 0.0f) big = fmaxf(big, slot[head_dim]);
-  }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+  if (splits == 1) return;
+  // The last chunk block of this (query, head group) to finish merges all chunks, so
+  // no second launch is needed; it re-arms the counter for the next step.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  unsigned* arrival = arrivals + t * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(arrival, 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
+    const int g = idx / hd, d = idx % hd, head = head0 + g;
+    const float* slots = partial + (t * p.n_heads + head) * splits * (hd + 2);
+    float big = -INFINITY;
+    for (int s = 0; s < splits; ++s) {
+      const volatile float* slot = slots + s * (hd + 2);
+      if (slot[hd + 1] > 0.0f) big = fmaxf(big, slot[hd]);
+    }
     float sum = 0.0f, value = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      const float* slot = slots + s * (head_dim + 2);
-      if (slot[head_dim + 1] <= 0.0f) continue;
-      const float f = expf(slot[head_dim] - big);
-      sum += slot[head_dim + 1] * f;
+      const volatile float* slot = slots + s * (hd + 2);
+      if (slot[hd + 1] <= 0.0f) continue;
+      const float f = expf(slot[hd] - big);
+      sum += slot[hd + 1] * f;
       value += slot[d] * f;
     }
-    out[t * ldo + static_cast<int64_t>(head) * head_dim + d] = sum > 0.0f ? value / sum : 0.0f;
+    out[t * ldo + static_cast<int64_t>(head) * hd + d] = sum > 0.0f ? value / sum : 0.0f;
   }
+  if (threadIdx.x == 0) *arrival = 0;
 }
 
 int heads_per_block(const AttentionParams& p) {
@@ -153,14 +159,14 @@ int heads_per_block(const AttentionParams& p) {
 
 }  // namespace
 
-int64_t attention_workspace_floats(int64_t n, int64_t max_kv, const AttentionParams& p) {
+int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParams& p) {
   const int64_t splits = (max_kv + chunk_keys(n) - 1) / chunk_keys(n);
   return splits > 1 ? n * p.n_heads * splits * (p.head_dim + 2) : 0;
 }
 
 void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
                const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
-               float* workspace, cudaStream_t stream) {
+               float* partial, unsigned* arrivals, cudaStream_t stream) {
   if (n == 0) return;
   const int chunk = chunk_keys(n);
   const int splits = static_cast<int>(std::max<int64_t>(1, (max_kv + chunk - 1) / chunk));
@@ -170,7 +176,7 @@ void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, con
   const int d = p.head_dim <= 32 ? 1 : p.head_dim <= 64 ? 2 : p.head_dim <= 128 ? 4 : 8;
   const auto run = [&](auto kernel) {
     launch(kernel, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo,
-           workspace);
+           partial, arrivals);
   };
 #define KETTLE_ATTENTION_CASE(G)                                \
   case G:                                                       \
@@ -186,9 +192,6 @@ void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, con
     default: KETTLE_ATTENTION_CASE(1)
   }
 #undef KETTLE_ATTENTION_CASE
-  if (splits > 1)
-    launch(attention_merge_kernel, dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(n)), 128, 0, stream, 
-        workspace, p.n_heads, p.head_dim, splits, out, ldo);
 }
 
 }  // namespace kettle::cuda

@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &gemm_out_, &attention_ws_, &moe_ws_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &attention_ws_, &attention_arrivals_, &moe_ws_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
     cudaFreeHost(pinned_);
     cudaFreeHost(pinned_out_);
@@ -344,9 +344,13 @@ class CudaBackend final : public Backend {
                  const int32_t* positions, int64_t max_kv, const AttentionParams& params, float* out,
                  int64_t ldo) override {
     if (params.head_dim > 256) fail(ErrorCategory::kUnsupported, "cuda attention: head_dim {} > 256", params.head_dim);
-    const int64_t floats = cuda::attention_workspace_floats(n, max_kv, params);
-    auto* ws = static_cast<float*>(grow(attention_ws_, static_cast<size_t>(floats) * sizeof(float)));
-    cuda::attention(q, n, ldq, k_cache, v_cache, ld_kv, positions, max_kv, params, out, ldo, ws, stream_);
+    const size_t partial_bytes = static_cast<size_t>(cuda::attention_partial_floats(n, max_kv, params)) * sizeof(float);
+    auto* partial = static_cast<float*>(grow(attention_ws_, partial_bytes));
+    // Arrival counters live apart from the partials: zero when made, left zero by every call.
+    const size_t before = attention_arrivals_.bytes;
+    auto* arrivals = static_cast<unsigned*>(grow(attention_arrivals_, static_cast<size_t>(n * params.n_heads) * sizeof(unsigned)));
+    if (attention_arrivals_.bytes != before) check(cudaMemsetAsync(arrivals, 0, attention_arrivals_.bytes, stream_), "cudaMemsetAsync");
+    cuda::attention(q, n, ldq, k_cache, v_cache, ld_kv, positions, max_kv, params, out, ldo, partial, arrivals, stream_);
     check_launch("attention");
   }
 
@@ -504,7 +508,7 @@ class CudaBackend final : public Backend {
   char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
-  Workspace gemm_x_, gemm_out_, attention_ws_, moe_ws_;
+  Workspace gemm_x_, gemm_out_, attention_ws_, attention_arrivals_, moe_ws_;
 };
 
 }  // namespace

@@ -60,11 +60,12 @@ void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_
                     float* v_cache, cudaStream_t stream);
 
 // ---- attention.cu --------------------------------------------------------------------
-// Floats of workspace attention() needs for these sizes.
-int64_t attention_workspace_floats(int64_t n, int64_t max_kv, const AttentionParams& p);
+// Floats of per-chunk partial results attention() needs for these sizes; arrivals: n *
+// n_heads counters, zero before the first call (each call leaves them zero).
+int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParams& p);
 void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
                const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
-               float* workspace, cudaStream_t stream);
+               float* partial, unsigned* arrivals, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------------
 // Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
