@@ -344,6 +344,11 @@ class CudaBackend final : public Backend {
                  const int32_t* positions, int64_t max_kv, const AttentionParams& params, float* out,
                  int64_t ldo) override {
     if (params.head_dim > 256) fail(ErrorCategory::kUnsupported, "cuda attention: head_dim {} > 256", params.head_dim);
+    if (n > kPrefillQueries && cuda::attention_prefill_supported(params)) {
+      cuda::attention_prefill(q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo, stream_);
+      check_launch("attention_prefill");
+      return;
+    }
     const size_t partial_bytes = static_cast<size_t>(cuda::attention_partial_floats(n, max_kv, params)) * sizeof(float);
     auto* partial = static_cast<float*>(grow(attention_ws_, partial_bytes));
     // Arrival counters live apart from the partials: zero when made, left zero by every call.
@@ -391,7 +396,8 @@ class CudaBackend final : public Backend {
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;
   static constexpr size_t kMaxGraphs = 64;
   static constexpr size_t kPinnedBytes = size_t{4} << 20;
-  static constexpr int64_t kSplitRows = 64;  // GEMMs of at most this many rows take x as hi + lo
+  static constexpr int64_t kSplitRows = 64;
+  static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel  // GEMMs of at most this many rows take x as hi + lo
 
   // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
   // and reused for other weights at the same address must not find the old copy.

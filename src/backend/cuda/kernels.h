@@ -67,6 +67,12 @@ void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, con
                const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
                float* partial, unsigned* arrivals, cudaStream_t stream);
 
+// ---- attention_prefill.cu: many queries (head_dim ≤ 128) ---------------------------------
+bool attention_prefill_supported(const AttentionParams& p);
+void attention_prefill(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache,
+                       int64_t ld_kv, const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo,
+                       cudaStream_t stream);
+
 // ---- moe.cu -----------------------------------------------------------------------------
 // Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
 // renormalised when asked. Writes ids [n, top_k] and weights [n, top_k], sorted by expert id.
