@@ -20,11 +20,13 @@ peer_sh="$peer/bin/llamacpp-peer.sh"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 
-# llama.cpp's build and its GGUFs run in the background while kettle is checked.
-( bash "$peer_sh" build "$work" cuda >"$out/llamacpp-build.log" 2>&1 &&
-  bash "$peer_sh" model "$work" llama-3.2-1b f16 >"$out/gguf.log" 2>&1 &&
-  bash "$peer_sh" model "$work" llama-3.1-8b f16 >>"$out/gguf.log" 2>&1; echo $? >"$work/peer.rc" ) &
-peer_job=$!
+# llama.cpp's build and its GGUFs run in the background while kettle is built and checked.
+mkdir -p "$work/src" && tar xzf "$work/llamacpp.tgz" -C "$work/src"
+( bash "$peer_sh" build "$work" cuda >"$out/llamacpp-build.log" 2>&1; echo $? >"$work/build.rc" ) &
+build_job=$!
+( bash "$peer_sh" model "$work" llama-3.2-1b f16 >"$out/gguf.log" 2>&1 &&
+  bash "$peer_sh" model "$work" llama-3.1-8b f16 >>"$out/gguf.log" 2>&1; echo $? >"$work/gguf.rc" ) &
+gguf_job=$!
 
 if [ -n "${KETTLE_PREBUILT:-}" ]; then
   kettle=$KETTLE_PREBUILT/bin/kettle
@@ -34,16 +36,28 @@ else
     cmake --build build-gpu -j8 --target kettle >>"$out/kettle-build.log" 2>&1 || { tail -30 "$out/kettle-build.log"; exit 1; }
   kettle=build-gpu/kettle
 fi
-stamp "kettle ready; waiting for llama.cpp"
-wait $peer_job; stamp "llama.cpp build + GGUFs: rc $(cat "$work/peer.rc" 2>/dev/null)"
-tail -3 "$out/llamacpp-build.log"
+stamp "kettle ready"
+# KETTLE_TESTS=DIR (backend_cuda_test, golden_cuda_test): the CUDA checks run while llama.cpp builds.
+if [ -n "${KETTLE_TESTS:-}" ]; then
+  "$KETTLE_TESTS/backend_cuda_test" >"$out/ops.log" 2>&1; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]" "$out/ops.log"
+  "$KETTLE_TESTS/golden_cuda_test" >"$out/golden.log" 2>&1; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]" "$out/golden.log"
+  stamp "checks done"
+fi
+# Wait for the peer, but not past LLAMA_DEADLINE seconds: kettle's numbers print either way.
+deadline=${LLAMA_DEADLINE:-470}
+while kill -0 $build_job 2>/dev/null || kill -0 $gguf_job 2>/dev/null; do
+  [ $(( $(date +%s) - t0 )) -gt "$deadline" ] && { stamp "llama.cpp not ready by ${deadline}s: skipped"; break; }
+  sleep 5
+done
+stamp "llama.cpp build rc $(cat "$work/build.rc" 2>/dev/null), GGUFs rc $(cat "$work/gguf.rc" 2>/dev/null)"
+tail -2 "$out/llamacpp-build.log"
 
 presets=(llama-3.2-1b llama-3.1-8b qwen3-0.6b)
 for p in "${presets[@]}"; do
   "$kettle" bench --synthetic "$p" --device cuda -p 512 -g 128 -r 3 --json >"$out/kettle-$p.json" 2>"$out/kettle-$p.err" ||
     { echo "kettle bench $p failed"; tail -3 "$out/kettle-$p.err"; }
   gguf="$work/$p.f16.gguf"
-  if [ -f "$gguf" ]; then
+  if [ -f "$gguf" ] && [ -x "$work/build/bin/llama-bench" ] && [ "$(cat "$work/gguf.rc" 2>/dev/null)" = 0 ]; then
     "$work/build/bin/llama-bench" -m "$gguf" -ngl 99 -fa 1 -p 512 -n 128 -o json >"$out/llamacpp-$p.json" 2>"$out/llamacpp-$p.err" ||
       { echo "llama-bench $p failed"; tail -3 "$out/llamacpp-$p.err"; }
   fi
