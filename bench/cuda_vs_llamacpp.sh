@@ -7,21 +7,23 @@
 #
 #   PEER=DIR bash bench/cuda_vs_llamacpp.sh
 # PEER holds llamacpp.tgz + vocab-llama3.gguf (`llamacpp-peer.sh source DIR`, run
-# where npm works) and bin/llamacpp-peer.sh + bin/make_random_gguf.py (copies of
+# where npm works; or the same xz-compressed: llamacpp.tar.xz, vocab-llama3.gguf.xz) and bin/llamacpp-peer.sh + bin/make_random_gguf.py (copies of
 # ../shared/bench: the GPU box sees only what the call carries). kettle is built
 # here unless KETTLE_PREBUILT=DIR (DIR/bin/kettle, DIR/lib) is given.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-peer=${PEER:?PEER=DIR with llamacpp.tgz}; peer=$(cd "$peer" && pwd)
+peer=${PEER:?PEER=DIR with llamacpp.tgz or .tar.xz}; peer=$(cd "$peer" && pwd)
 out=${OUT:-$PWD/cuda-vs-llamacpp-out}; mkdir -p "$out"
 work=${WORK:-/tmp/kettle-peer}; mkdir -p "$work"
-cp "$peer/llamacpp.tgz" "$peer/vocab-llama3.gguf" "$work/" 2>/dev/null
+# The source and vocab as `llamacpp-peer.sh source` writes them, or xz-compressed (smaller to carry).
+if [ -f "$peer/vocab-llama3.gguf.xz" ]; then xz -dc "$peer/vocab-llama3.gguf.xz" >"$work/vocab-llama3.gguf"; else cp "$peer/vocab-llama3.gguf" "$work/"; fi
 peer_sh="$peer/bin/llamacpp-peer.sh"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 
 # llama.cpp's build and its GGUFs run in the background while kettle is built and checked.
-mkdir -p "$work/src" && tar xzf "$work/llamacpp.tgz" -C "$work/src"
+mkdir -p "$work/src"
+if [ -f "$peer/llamacpp.tar.xz" ]; then tar xJf "$peer/llamacpp.tar.xz" -C "$work/src"; else tar xzf "$peer/llamacpp.tgz" -C "$work/src"; fi
 ( bash "$peer_sh" build "$work" cuda >"$out/llamacpp-build.log" 2>&1; echo $? >"$work/build.rc" ) &
 build_job=$!
 ( bash "$peer_sh" model "$work" llama-3.2-1b f16 >"$out/gguf.log" 2>&1 &&
