@@ -39,22 +39,4 @@ echo "|---|---|---|---|---|---|"
 for p in "${presets[@]}"; do
   python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('| %s | %.0f | %.1f | %.0f | %.0f | %.1f%% |' % (sys.argv[2], j['prefill_tokens_per_second'], j['decode_tokens_per_second'], j['decode_weight_gb_per_second'], j['copy_gb_per_second'], 100*j['decode_fraction_of_copy']))" "$out/bench-$p.json" "$p" 2>/dev/null || echo "| $p | failed | | | | |"
 done
-if [ -n "${PROFILE:-}" ]; then  # per-kernel times of decode steps (Nsight Compute, clocks left alone)
-  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum --csv --launch-skip "${PROFILE_SKIP:-1500}" \
-    --launch-count "${PROFILE_COUNT:-300}" "$bin/kettle" bench --synthetic "$PROFILE" --device cuda -p 16 -g 64 -r 1 >"$out/ncu.csv" 2>"$out/ncu.err"
-  python3 - "$out/ncu.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head = rows[0]; rows = rows[1:]
-ki, mi, vi = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
-t = collections.defaultdict(float); b = collections.defaultdict(float); c = collections.Counter()
-for r in rows:
-    name = r[ki].split("(")[0].split("::")[-1][:40]
-    v = float(r[vi].replace(",", ""))
-    if r[mi] == "gpu__time_duration.sum": t[name] += v; c[name] += 1
-    else: b[name] += v
-total = sum(t.values())
-for n, v in sorted(t.items(), key=lambda x: -x[1]):
-    print(f"{n:42s} n={c[n]:4d} avg={v/c[n]/1e3:8.2f} us  total={v/1e6:7.3f} ms  {100*v/total:5.1f}%  GB/s={b[n]/v if v else 0:7.0f}")
-PY
-fi
+if [ -n "${PROFILE:-}" ]; then bash bench/cuda_profile.sh "$bin/kettle" "$PROFILE" "$out"; fi

@@ -45,6 +45,7 @@ if [ -n "${KETTLE_TESTS:-}" ]; then
   "$KETTLE_TESTS/golden_cuda_test" >"$out/golden.log" 2>&1; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]" "$out/golden.log"
   stamp "checks done"
 fi
+if [ -n "${PROFILE:-}" ]; then bash bench/cuda_profile.sh "$kettle" "$PROFILE" "$out" | head -24; stamp "profile done"; fi
 # Wait for the peer, but not past LLAMA_DEADLINE seconds: kettle's numbers print either way.
 deadline=${LLAMA_DEADLINE:-470}
 while kill -0 $build_job 2>/dev/null || kill -0 $gguf_job 2>/dev/null; do
