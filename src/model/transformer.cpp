@@ -2,8 +2,10 @@
 //   h = embed(tokens) · embed_scale
 //   per layer: h += [post_norm](attn(norm(h)));  h += [post_norm](mlp(norm(h)))
 //   logits = [softcap](norm(h) · lm_headᵀ)
-// Each residual add is fused into the norm that follows it. Keys and values are
-// written straight into the cache rows of their positions.
+// Each norm is fused into the projection that reads it (norm_matmul_*), and each
+// block's output projection adds straight into h (matmul_add) unless a sandwich
+// norm sits between. Keys and values are written into the cache rows of their
+// positions.
 #include "model/transformer.h"
 
 #include <algorithm>
@@ -162,46 +164,52 @@ void Transformer::run_step() {
   const ModelWeights& w = weights_;
   const int64_t n = step_.n, h = s.hidden_size;
   backend_.embed(step_.ids, n, w.embed, s.embed_scale, hidden_.data());
-  pending_residual_ = false;
   for (int64_t layer = 0; layer < s.n_layers; ++layer) {
     attention_block(layer);
     mlp_block(layer);
   }
   const int64_t first = n - step_.rows;
-  residual_norm(w.final_norm, first, step_.rows);
-  backend_.matmul(normed_.data(), step_.rows, h, w.lm_head, nullptr, step_.logits, s.vocab_size);
+  const MatmulTarget head{&w.lm_head, nullptr, step_.logits, s.vocab_size};
+  backend_.norm_matmul_many(hidden_.data() + first * h, step_.rows, norm_of(w.final_norm), &head, 1);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
   if (step_.next_id != nullptr) backend_.argmax(step_.logits + (step_.rows - 1) * s.vocab_size, 1, s.vocab_size, step_.next_id);
 }
 
-void Transformer::residual_norm(const Tensor& weight, int64_t first_row, int64_t rows) {
+InputNorm Transformer::norm_of(const Tensor& weight) const {
+  return InputNorm{&weight, model_.spec.rms_norm_eps, model_.spec.norm_add_one};
+}
+
+// A block's output: added straight into the residual stream, or through its sandwich
+// norm (Gemma 2/3) first.
+void Transformer::add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias,
+                                   const Tensor& post_norm) {
   const ModelSpec& s = model_.spec;
-  const int64_t h = s.hidden_size;
-  float* x = hidden_.data() + first_row * h;
-  if (pending_residual_)
-    backend_.add_rms_norm(x, proj_.data() + first_row * h, rows, h, weight, s.rms_norm_eps, s.norm_add_one,
-                          normed_.data());
-  else
-    backend_.rms_norm(x, rows, h, h, weight, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
-  pending_residual_ = false;
+  const int64_t n = step_.n, h = s.hidden_size;
+  if (post_norm.empty()) {
+    backend_.matmul_add(x, n, ldx, w, bias, hidden_.data(), h);
+    return;
+  }
+  backend_.matmul(x, n, ldx, w, bias, proj_.data(), h);
+  backend_.rms_norm(proj_.data(), n, h, h, post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
+  backend_.add(hidden_.data(), proj_.data(), n * h);
 }
 
 void Transformer::attention_block(int64_t layer) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerSpec& ls = s.layers[static_cast<size_t>(layer)];
-  const int64_t n = step_.n, h = s.hidden_size, qs = s.q_size(), kvs = s.kv_size();
+  const int64_t n = step_.n, qs = s.q_size(), kvs = s.kv_size();
   const int64_t width = qs + 2 * kvs;  // qkv_ rows: [q | k | v]
   KvCache& kv = *step_.kv;
 
-  residual_norm(w.attn_norm, 0, n);
   if (!w.qkv.empty()) {
-    backend_.matmul(normed_.data(), n, h, w.qkv, optional(w.qkv_bias), qkv_.data(), width);
+    const MatmulTarget qkv{&w.qkv, optional(w.qkv_bias), qkv_.data(), width};
+    backend_.norm_matmul_many(hidden_.data(), n, norm_of(w.attn_norm), &qkv, 1);
   } else {
     const MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), qkv_.data(), width},
                                 {&w.k, optional(w.k_bias), qkv_.data() + qs, width},
                                 {&w.v, optional(w.v_bias), qkv_.data() + qs + kvs, width}};
-    backend_.matmul_many(normed_.data(), n, h, qkv, 3);
+    backend_.norm_matmul_many(hidden_.data(), n, norm_of(w.attn_norm), qkv, 3);
   }
   const RopeTable& table = ropes_[static_cast<size_t>(ls.rope)];
   RopeParams rope{rope_freqs_[static_cast<size_t>(ls.rope)].data(), table.rotary_dim, table.attention_factor};
@@ -213,10 +221,7 @@ void Transformer::attention_block(int64_t layer) {
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
   backend_.attention(q_.data(), n, qs, kv.keys(layer), kv.values(layer), kvs, step_.positions, kv.capacity(), params,
                      attn_.data(), qs);
-  backend_.matmul(attn_.data(), n, qs, w.o, optional(w.o_bias), proj_.data(), h);
-  if (!w.attn_post_norm.empty())
-    backend_.rms_norm(proj_.data(), n, h, h, w.attn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
-  pending_residual_ = true;
+  add_block_output(attn_.data(), qs, w.o, optional(w.o_bias), w.attn_post_norm);
 }
 
 void Transformer::mlp_block(int64_t layer) {
@@ -224,20 +229,20 @@ void Transformer::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const int64_t n = step_.n, h = s.hidden_size;
 
-  residual_norm(w.ffn_norm, 0, n);
   if (s.layers[static_cast<size_t>(layer)].moe) {
     MoeParams params{s.experts_per_token, s.norm_topk_prob, s.act};
+    backend_.rms_norm(hidden_.data(), n, h, h, w.ffn_norm, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
     backend_.moe(normed_.data(), n, h, w.router, w.experts, params, proj_.data());
-  } else {
-    const int64_t inter = s.intermediate_size, width = 2 * inter;  // mlp_ rows: [gate | up]
-    const MatmulTarget gate{&w.gate, optional(w.gate_bias), mlp_.data(), width};
-    const MatmulTarget up{&w.up, optional(w.up_bias), mlp_.data() + inter, width};
-    backend_.matmul_gated(normed_.data(), n, h, gate, up, s.act, mlp_.data(), width);
-    backend_.matmul(mlp_.data(), n, width, w.down, optional(w.down_bias), proj_.data(), h);
+    if (!w.ffn_post_norm.empty())
+      backend_.rms_norm(proj_.data(), n, h, h, w.ffn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
+    backend_.add(hidden_.data(), proj_.data(), n * h);
+    return;
   }
-  if (!w.ffn_post_norm.empty())
-    backend_.rms_norm(proj_.data(), n, h, h, w.ffn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
-  pending_residual_ = true;
+  const int64_t inter = s.intermediate_size, width = 2 * inter;  // mlp_ rows: [gate | up]
+  const MatmulTarget gate{&w.gate, optional(w.gate_bias), mlp_.data(), width};
+  const MatmulTarget up{&w.up, optional(w.up_bias), mlp_.data() + inter, width};
+  backend_.norm_matmul_gated(hidden_.data(), n, norm_of(w.ffn_norm), gate, up, s.act, mlp_.data(), width);
+  add_block_output(mlp_.data(), width, w.down, optional(w.down_bias), w.ffn_post_norm);
 }
 
 }  // namespace kettle

@@ -50,8 +50,8 @@ class Transformer {
   void run_step();
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
-  // hidden += proj (when a block's output is pending), then normed = norm(hidden).
-  void residual_norm(const Tensor& weight, int64_t first_row, int64_t rows);
+  InputNorm norm_of(const Tensor& weight) const;
+  void add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias, const Tensor& post_norm);
   void ensure_scratch(int64_t n, int64_t logits_rows);
   void update_ropes(int64_t seq_len);
   uint64_t step_key(const KvCache& kv) const;
@@ -64,18 +64,17 @@ class Transformer {
   std::vector<BackendArray<float>> rope_freqs_;  // [rotary_dim / 2] each, backend memory
   bool recordable_ = true;         // false when a RoPE table changes with the length
   Step step_;
-  bool pending_residual_ = false;  // proj_ holds a block output not yet added to hidden_
   HostBuffer<int32_t> host_positions_;
   int64_t scratch_tokens_ = 0, logits_rows_ = 0;
   uint64_t scratch_epoch_ = 0;     // bumped whenever scratch moves (recorded steps go stale)
   BackendArray<int32_t> ids_;        // [n] (device backends only)
   BackendArray<int32_t> positions_;  // [n] (device backends only)
   BackendArray<float> hidden_;   // [n, hidden] the residual stream
-  BackendArray<float> normed_;   // [n, hidden]
+  BackendArray<float> normed_;   // [n, hidden] (MoE input)
   BackendArray<float> qkv_;      // [n, q_size + 2 kv_size] packed projections
   BackendArray<float> q_;        // [n, q_size] roped queries
   BackendArray<float> attn_;     // [n, q_size]
-  BackendArray<float> proj_;     // [n, hidden]
+  BackendArray<float> proj_;     // [n, hidden] block outputs under a sandwich norm, MoE
   BackendArray<float> mlp_;      // [n, 2 inter] [gate | up]
   BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
   BackendArray<int32_t> next_id_;  // [1] the greedy step's result

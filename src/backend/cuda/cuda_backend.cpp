@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &gemm_out_, &attention_ws_, &attention_arrivals_, &moe_ws_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
     cudaFreeHost(pinned_);
     cudaFreeHost(pinned_out_);
@@ -238,63 +238,27 @@ class CudaBackend final : public Backend {
   void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
               int64_t ldo) override {
     const MatmulTarget target{&w, bias, out, ldo};
-    matmul_many(x, n, ldx, &target, 1);
+    project(x, n, ldx, nullptr, &target, 1, false);
   }
-
   void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) override {
-    const int64_t k = targets[0].w->dim(1);
-    if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
-      cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
-      for (int i = 0; i < count; ++i)
-        gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
-                   static_cast<int>(targets[i].w->dim(0))};
-      cuda::gemv(gemv, count, x, static_cast<int>(k), stream_);
-      check_launch("gemv");
-      return;
-    }
-    if (n <= kSplitRows) {
-      // Few rows: the GEMM streams the weights once either way, so x goes in as two
-      // bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)) for f32-accurate activations at
-      // almost no cost. MoE routing and the golden parity depend on it.
-      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
-      cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
-      check_launch("to_bf16_split");
-      for (int i = 0; i < count; ++i) {
-        const int64_t m = targets[i].w->dim(0);
-        auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
-        gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m);
-        cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, stream_);
-        check_launch("sum_halves");
-      }
-      return;
-    }
-    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
-    cuda::to_bf16(x, n, k, ldx, xb, stream_);
-    check_launch("to_bf16");
-    for (int i = 0; i < count; ++i) {
-      gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo);
-      if (const float* b = f32_data(targets[i].bias, "matmul")) {
-        cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
-        check_launch("add_bias");
-      }
-    }
+    project(x, n, ldx, nullptr, targets, count, false);
   }
-
+  void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
+                        int count) override {
+    project(x, n, targets[0].w->dim(1), &norm, targets, count, false);
+  }
+  void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+                  int64_t ldo) override {
+    const MatmulTarget target{&w, bias, out, ldo};
+    project(x, n, ldx, nullptr, &target, 1, true);
+  }
   void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
                     Activation act, float* out, int64_t ldo) override {
-    const int64_t k = gate.w->dim(1);
-    if (n == 1 && cuda::gemv_supported(k)) {
-      const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
-                               static_cast<int>(gate.w->dim(0))};
-      const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
-                               static_cast<int>(up.w->dim(0))};
-      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), out, stream_);
-      check_launch("gemv_gated");
-      return;
-    }
-    const MatmulTarget both[] = {gate, up};
-    matmul_many(x, n, ldx, both, 2);
-    gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+    gated(x, n, ldx, nullptr, gate, up, act, out, ldo);
+  }
+  void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
+                         const MatmulTarget& up, Activation act, float* out, int64_t ldo) override {
+    gated(x, n, gate.w->dim(1), &norm, gate, up, act, out, ldo);
   }
 
   void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
@@ -468,14 +432,91 @@ class CudaBackend final : public Backend {
     graphs_.clear();
   }
 
-  // out[n, m] (row stride ldo) = xb[n, k] · wᵀ: cuBLAS sees the row-major product as
+  cuda::GemvNorm gemv_norm(const InputNorm* norm) {
+    if (norm == nullptr) return {};
+    return {f32_data(norm->weight, "norm"), norm->eps, norm->add_one};
+  }
+
+  // x normalised per row into a workspace (the GEMM paths; the GEMVs normalise on the fly).
+  const float* normalized(const float* x, int64_t n, int64_t k, const InputNorm& norm) {
+    auto* out = static_cast<float*>(grow(normed_ws_, static_cast<size_t>(n * k) * sizeof(float)));
+    cuda::rms_norm(x, n, k, k, f32_data(norm.weight, "norm"), norm.eps, norm.add_one, out, k, stream_);
+    check_launch("rms_norm");
+    return out;
+  }
+
+  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ).
+  void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
+               bool accumulate) {
+    const int64_t k = targets[0].w->dim(1);
+    if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
+      cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
+      for (int i = 0; i < count; ++i)
+        gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
+                   static_cast<int>(targets[i].w->dim(0))};
+      cuda::gemv(gemv, count, x, static_cast<int>(k), gemv_norm(norm), accumulate, stream_);
+      check_launch("gemv");
+      return;
+    }
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+    }
+    if (n <= kSplitRows) {
+      // Few rows: the GEMM streams the weights once either way, so x goes in as two
+      // bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)) for f32-accurate activations at
+      // almost no cost. MoE routing and the golden parity depend on it.
+      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
+      cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
+      check_launch("to_bf16_split");
+      for (int i = 0; i < count; ++i) {
+        const int64_t m = targets[i].w->dim(0);
+        auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
+        gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false);
+        cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
+                         stream_);
+        check_launch("sum_halves");
+      }
+      return;
+    }
+    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
+    cuda::to_bf16(x, n, k, ldx, xb, stream_);
+    check_launch("to_bf16");
+    for (int i = 0; i < count; ++i) {
+      gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate);
+      if (const float* b = f32_data(targets[i].bias, "matmul")) {
+        cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
+        check_launch("add_bias");
+      }
+    }
+  }
+
+  void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
+             const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
+    const int64_t k = gate.w->dim(1);
+    if (n == 1 && cuda::gemv_supported(k)) {
+      const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
+                               static_cast<int>(gate.w->dim(0))};
+      const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
+                               static_cast<int>(up.w->dim(0))};
+      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), gemv_norm(norm), out, stream_);
+      check_launch("gemv_gated");
+      return;
+    }
+    const MatmulTarget both[] = {gate, up};
+    project(x, n, ldx, norm, both, 2, false);
+    gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+  }
+
+  // out[n, m] (row stride ldo) (+)= xb[n, k] · wᵀ: cuBLAS sees the row-major product as
   // the column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
-  void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo) {
+  void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo,
+                bool accumulate) {
     const int64_t m = w.dim(0);
     const float one = 1.0f, zero = 0.0f;
     check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
                        static_cast<int>(k), &one, bf16_data(w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
-                       CUDA_R_16BF, static_cast<int>(k), &zero, out, CUDA_R_32F, static_cast<int>(ldo),
+                       CUDA_R_16BF, static_cast<int>(k), accumulate ? &one : &zero, out, CUDA_R_32F, static_cast<int>(ldo),
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
   }
@@ -514,7 +555,7 @@ class CudaBackend final : public Backend {
   char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
-  Workspace gemm_x_, gemm_out_, attention_ws_, attention_arrivals_, moe_ws_;
+  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_;
 };
 
 }  // namespace

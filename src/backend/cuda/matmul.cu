@@ -15,6 +15,8 @@ struct GemvBatch {
   GemvTarget target[kMaxGemvTargets];
   int begin[kMaxGemvTargets + 1];  // first global row of each target; begin[count] = total
   int count;
+  RowNormArgs norm;
+  int accumulate;
 };
 
 __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k) {
@@ -28,12 +30,18 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvBatch batc
   while (t + 1 < batch.count && global_row >= batch.begin[t + 1]) ++t;
   const GemvTarget& target = batch.target[t];
   const int row = global_row - batch.begin[t];
-  const float sum = row_dot(target.w + static_cast<size_t>(row) * k, x, k, lane);
-  if (lane == 0) target.out[row] = sum + (target.bias != nullptr ? target.bias[row] : 0.0f);
+  const Bf16Bits* rows[1] = {target.w + static_cast<size_t>(row) * k};
+  float sums[1];
+  rows_dot<1>(rows, x, k, lane, sums, batch.norm);
+  if (lane == 0) {
+    const float v = sums[0] + (target.bias != nullptr ? target.bias[row] : 0.0f);
+    target.out[row] = batch.accumulate ? target.out[row] + v : v;
+  }
 }
 
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k, float* out) {
+    gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k,
+                      RowNormArgs norm, float* out) {
   const int row = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= gate.rows) {
@@ -42,7 +50,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   }
   const Bf16Bits* rows[2] = {gate.w + static_cast<size_t>(row) * k, up.w + static_cast<size_t>(row) * k};
   float sums[2];
-  rows_dot<2>(rows, x, k, lane, sums);
+  rows_dot<2>(rows, x, k, lane, sums, norm);
   float g = sums[0], u = sums[1];
   if (lane == 0) {
     if (gate.bias != nullptr) g += gate.bias[row];
@@ -72,12 +80,13 @@ __global__ void to_bf16_split_kernel(const float* __restrict__ x, int64_t n, int
 }
 
 __global__ void sum_halves_kernel(const float* __restrict__ wide, int64_t n, int64_t m, const float* __restrict__ bias,
-                                  float* out, int64_t ldo) {
+                                  float* out, int64_t ldo, bool accumulate) {
   grid_wait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * m) return;
   const int64_t t = i / m, c = i % m;
-  out[t * ldo + c] = wide[i] + wide[n * m + i] + (bias != nullptr ? bias[c] : 0.0f);
+  const float v = wide[i] + wide[n * m + i] + (bias != nullptr ? bias[c] : 0.0f);
+  out[t * ldo + c] = accumulate ? out[t * ldo + c] + v : v;
 }
 
 __global__ void add_bias_kernel(float* out, int64_t n, int64_t m, int64_t ldo, const float* __restrict__ bias) {
@@ -92,8 +101,13 @@ __global__ void add_bias_kernel(float* out, int64_t n, int64_t m, int64_t ldo, c
 
 bool gemv_supported(int64_t k) { return k % 8 == 0 && k <= (int64_t{1} << 30); }
 
-void gemv(const GemvTarget* targets, int count, const float* x, int k, cudaStream_t stream) {
+static RowNormArgs row_norm(const GemvNorm& norm) { return {norm.weight, norm.eps, norm.add_one ? 1 : 0}; }
+
+void gemv(const GemvTarget* targets, int count, const float* x, int k, const GemvNorm& norm, bool accumulate,
+          cudaStream_t stream) {
   GemvBatch batch{};
+  batch.norm = row_norm(norm);
+  batch.accumulate = accumulate ? 1 : 0;
   batch.count = count;
   batch.begin[0] = 0;
   for (int i = 0; i < count; ++i) {
@@ -103,9 +117,10 @@ void gemv(const GemvTarget* targets, int count, const float* x, int k, cudaStrea
   launch(gemv_kernel, blocks_for(batch.begin[count], kGemvWarps), kGemvWarps * kWarp, 0, stream, batch, x, k);
 }
 
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
-                cudaStream_t stream) {
-  launch(gemv_gated_kernel, blocks_for(gate.rows, kGemvWarps), kGemvWarps * kWarp, 0, stream, gate, up, act, x, k, out);
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
+                const GemvNorm& norm, float* out, cudaStream_t stream) {
+  launch(gemv_gated_kernel, blocks_for(gate.rows, kGemvWarps), kGemvWarps * kWarp, 0, stream, gate, up, act, x, k,
+         row_norm(norm), out);
 }
 
 void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream) {
@@ -116,9 +131,9 @@ void to_bf16_split(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out,
   launch(to_bf16_split_kernel, blocks_for(n * k, 256), 256, 0, stream, x, n, k, ldx, reinterpret_cast<__nv_bfloat16*>(out));
 }
 
-void sum_halves(const float* wide, int64_t n, int64_t m, const float* bias, float* out, int64_t ldo,
+void sum_halves(const float* wide, int64_t n, int64_t m, const float* bias, float* out, int64_t ldo, bool accumulate,
                 cudaStream_t stream) {
-  launch(sum_halves_kernel, blocks_for(n * m, 256), 256, 0, stream, wide, n, m, bias, out, ldo);
+  launch(sum_halves_kernel, blocks_for(n * m, 256), 256, 0, stream, wide, n, m, bias, out, ldo, accumulate);
 }
 
 void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, cudaStream_t stream) {
