@@ -13,11 +13,12 @@
 namespace kettle::cuda {
 namespace {
 
-constexpr int kAttnWarps = 4;
+constexpr int kAttnWarps = 8;
 // Kernels are built for D = 1, 2, 4, 8 head dims per lane: head_dim ≤ 256.
 constexpr int kKeysPerIter = 4;     // K/V rows each warp loads before using them
 
-int chunk_keys(int64_t n) { return n <= 4 ? 32 : 256; }
+// Short caches fit one chunk (no merge); long ones split into 256-key chunks.
+int chunk_keys(int64_t) { return 256; }
 
 template <int G, int D>
 __global__ void __launch_bounds__(kAttnWarps* kWarp)

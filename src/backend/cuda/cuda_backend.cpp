@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
     cudaFreeHost(pinned_);
     cudaFreeHost(pinned_out_);
@@ -329,7 +329,10 @@ class CudaBackend final : public Backend {
   }
 
   void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
-    cuda::argmax_rows(logits, rows, vocab, ids, stream_);
+    const size_t before = argmax_ws_.bytes;
+    void* ws = grow(argmax_ws_, static_cast<size_t>(cuda::argmax_workspace_bytes(rows)) + 16);
+    if (argmax_ws_.bytes != before) check(cudaMemsetAsync(ws, 0, argmax_ws_.bytes, stream_), "cudaMemsetAsync");
+    cuda::argmax_rows(logits, rows, vocab, ids, ws, stream_);
     check_launch("argmax");
   }
 
@@ -449,6 +452,13 @@ class CudaBackend final : public Backend {
   void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
                bool accumulate) {
     const int64_t k = targets[0].w->dim(1);
+    // The norm runs as its own small kernel: normalising inside the GEMV (each warp
+    // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+      norm = nullptr;
+    }
     if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
       cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
       for (int i = 0; i < count; ++i)
@@ -494,6 +504,11 @@ class CudaBackend final : public Backend {
   void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
              const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
     const int64_t k = gate.w->dim(1);
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+      norm = nullptr;
+    }
     if (n == 1 && cuda::gemv_supported(k)) {
       const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
                                static_cast<int>(gate.w->dim(0))};
@@ -555,7 +570,7 @@ class CudaBackend final : public Backend {
   char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
-  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_;
+  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_;
 };
 
 }  // namespace

@@ -95,6 +95,9 @@ void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, cons
               const Bf16* const* down, int64_t hidden, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ---------------------------------------------------------------------------
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
+// workspace: argmax_workspace_bytes(rows), zero before the first call (calls leave it zero
+// where it matters).
+int64_t argmax_workspace_bytes(int64_t rows);
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, void* workspace, cudaStream_t stream);
 
 }  // namespace kettle::cuda
