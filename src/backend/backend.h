@@ -57,6 +57,13 @@ struct MatmulTarget {
   int64_t ldo;
 };
 
+// RMSNorm of each input row, applied by the op that reads the row (the residual stream).
+struct InputNorm {
+  const Tensor* weight = nullptr;  // [k]
+  float eps = 1e-6f;
+  bool add_one = false;  // Gemma: x · (1 + w)
+};
+
 // Where one token's q, k and v sit in the packed projection row [q | k | v].
 struct QkvLayout {
   int n_heads = 0;
@@ -101,6 +108,16 @@ class Backend {
 
   // Several weights on the same x in one pass (q/k/v, gate/up): targets[i].out = x · targets[i].wᵀ.
   virtual void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) = 0;
+
+  // matmul_many on rms_norm(x): x [n, k] contiguous is the residual stream, normalised per
+  // row by the op (a GPU fuses the norm into the projection).
+  virtual void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
+                                int count) = 0;
+
+  // out (row stride ldo) += x · wᵀ (+ bias): a block's output projection added into the
+  // residual stream.
+  virtual void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+                          int64_t ldo) = 0;
 
   // out[n, dim] = table[ids[i], :] * scale
   virtual void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) = 0;
@@ -148,9 +165,16 @@ class Backend {
   // gate.out and up.out are scratch ([n, inter] each) the op may write.
   virtual void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate,
                             const MatmulTarget& up, Activation act, float* out, int64_t ldo) = 0;
+  // matmul_gated on rms_norm(x), x [n, k] contiguous (see norm_matmul_many).
+  virtual void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
+                                 const MatmulTarget& up, Activation act, float* out, int64_t ldo) = 0;
 
   // x[i] = cap * tanh(x[i] / cap)
   virtual void softcap(float* x, int64_t n, float cap) = 0;
+
+  // ids[r] = the index of row r's largest logit (ties: the lower index), for greedy decoding
+  // where the logits live; logits: [rows, vocab], ids: [rows], both backend memory.
+  virtual void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) = 0;
 
   // Routed mixture of experts: out[n, hidden] = Σ_topk p_e · down_e(act(gate_e x) · up_e x),
   // with router logits = x · routerᵀ and p = softmax over all experts (renormalised over top-k).

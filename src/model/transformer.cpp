@@ -2,8 +2,10 @@
 //   h = embed(tokens) · embed_scale
 //   per layer: h += [post_norm](attn(norm(h)));  h += [post_norm](mlp(norm(h)))
 //   logits = [softcap](norm(h) · lm_headᵀ)
-// Each residual add is fused into the norm that follows it. Keys and values are
-// written straight into the cache rows of their positions.
+// Each norm is fused into the projection that reads it (norm_matmul_*), and each
+// block's output projection adds straight into h (matmul_add) unless a sandwich
+// norm sits between. Keys and values are written into the cache rows of their
+// positions.
 #include "model/transformer.h"
 
 #include <algorithm>
@@ -91,8 +93,9 @@ void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
     scratch_tokens_ = n;
     ++scratch_epoch_;
   }
-  if (device && logits_rows > logits_rows_) {
+  if (logits_rows > logits_rows_) {
     logits_ = BackendArray<float>(backend_, static_cast<size_t>(logits_rows * s.vocab_size));
+    if (next_id_.size() == 0) next_id_ = BackendArray<int32_t>(backend_, 1);
     logits_rows_ = logits_rows;
     ++scratch_epoch_;
   }
@@ -105,6 +108,7 @@ uint64_t Transformer::step_key(const KvCache& kv) const {
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   mix(static_cast<uint64_t>(step_.n));
   mix(static_cast<uint64_t>(step_.rows));
+  mix(step_.next_id != nullptr ? 1 : 0);
   mix(static_cast<uint64_t>(kv.capacity()));
   mix(scratch_epoch_);
   auto& cache = const_cast<KvCache&>(kv);
@@ -117,30 +121,62 @@ uint64_t Transformer::step_key(const KvCache& kv) const {
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
-  ensure_scratch(n, rows);
+  execute(tokens, n, kv, rows, logits, false);
+  if (!backend_.host_memory())
+    backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
+}
+
+int32_t Transformer::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
+  execute(tokens, n, kv, 1, nullptr, true);
+  int32_t id = 0;
+  backend_.to_host(&id, next_id_.data(), sizeof id);
+  return id;
+}
+
+void Transformer::execute(const int32_t* tokens, int64_t n, KvCache& kv, int64_t rows, float* host_logits,
+                          bool greedy) {
+  const bool host = backend_.host_memory();
+  // The host backend writes forward()'s logits straight into the caller's buffer.
+  const bool own_logits = !host || greedy;
+  ensure_scratch(n, own_logits ? rows : 0);
   kv.reserve(kv.length() + n);
   const int64_t start = kv.length();
   update_ropes(start + n);
   for (int64_t t = 0; t < n; ++t) host_positions_[static_cast<size_t>(t)] = static_cast<int32_t>(start + t);
+
+  step_.n = n;
+  step_.rows = rows;
   step_.segments.assign(1, Segment{&kv, 0, n});
   step_.last_per_segment = false;
-  prepare_step(n, rows, tokens, logits);
+  step_.logits = own_logits ? logits_.data() : host_logits;
+  step_.next_id = greedy ? next_id_.data() : nullptr;
+  upload_step_inputs(tokens, n);
   if (n == 1 && recordable_)
     backend_.run_step(step_key(kv), [this] { run_step(); });
   else
     run_step();
   kv.set_length(start + n);
-  finish_step(rows, logits);
+}
+
+void Transformer::upload_step_inputs(const int32_t* host_ids, int64_t n) {
+  step_.ids = host_ids;
+  step_.positions = host_positions_.data();
+  if (backend_.host_memory()) return;
+  backend_.to_device(ids_.data(), host_ids, static_cast<size_t>(n) * sizeof(int32_t));
+  backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
+  step_.ids = ids_.data();
+  step_.positions = positions_.data();
 }
 
 void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
+  const bool host = backend_.host_memory();
   int64_t n = 0, longest = 0;
   for (const BatchEntry& e : entries) {
     n += e.n;
     longest = std::max(longest, e.kv->length() + e.n);
   }
   const auto rows = static_cast<int64_t>(entries.size());
-  ensure_scratch(n, rows);
+  ensure_scratch(n, host ? 0 : rows);
   update_ropes(longest);
   if (static_cast<int64_t>(host_ids_.size()) < n) host_ids_.resize(static_cast<size_t>(n));
   step_.segments.clear();
@@ -154,31 +190,15 @@ void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* l
     step_.segments.push_back({e.kv, offset, e.n});
     offset += e.n;
   }
-  step_.last_per_segment = true;
-  prepare_step(n, rows, host_ids_.data(), logits);
-  run_step();
-  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
-  finish_step(rows, logits);
-}
-
-void Transformer::prepare_step(int64_t n, int64_t rows, const int32_t* host_ids, float* logits) {
-  step_.ids = host_ids;
-  step_.positions = host_positions_.data();
   step_.n = n;
   step_.rows = rows;
-  step_.logits = logits;
-  if (!backend_.host_memory()) {
-    backend_.to_device(ids_.data(), host_ids, static_cast<size_t>(n) * sizeof(int32_t));
-    backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
-    step_.ids = ids_.data();
-    step_.positions = positions_.data();
-    step_.logits = logits_.data();
-  }
-}
-
-void Transformer::finish_step(int64_t rows, float* logits) {
-  if (!backend_.host_memory())
-    backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
+  step_.last_per_segment = true;
+  step_.logits = host ? logits : logits_.data();
+  step_.next_id = nullptr;
+  upload_step_inputs(host_ids_.data(), n);
+  run_step();
+  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+  if (!host) backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
 }
 
 void Transformer::run_step() {
@@ -186,54 +206,59 @@ void Transformer::run_step() {
   const ModelWeights& w = weights_;
   const int64_t n = step_.n, h = s.hidden_size;
   backend_.embed(step_.ids, n, w.embed, s.embed_scale, hidden_.data());
-  pending_residual_ = false;
   for (int64_t layer = 0; layer < s.n_layers; ++layer) {
     attention_block(layer);
     mlp_block(layer);
   }
-  if (step_.last_per_segment) {
-    // Each sequence's last row, normed into normed_ row i (the residual is added only there).
+  const MatmulTarget head{&w.lm_head, nullptr, step_.logits, s.vocab_size};
+  const float* last_rows = hidden_.data() + (n - step_.rows) * h;
+  if (step_.last_per_segment && step_.rows != n) {  // a batch with prompt chunks: gather each sequence's last row
     for (size_t i = 0; i < step_.segments.size(); ++i) {
       const Segment& seg = step_.segments[i];
-      const int64_t row = seg.offset + seg.n - 1;
-      backend_.add_rms_norm(hidden_.data() + row * h, proj_.data() + row * h, 1, h, w.final_norm, s.rms_norm_eps,
-                            s.norm_add_one, normed_.data() + static_cast<int64_t>(i) * h);
+      backend_.copy(normed_.data() + static_cast<int64_t>(i) * h, hidden_.data() + (seg.offset + seg.n - 1) * h,
+                    static_cast<size_t>(h) * sizeof(float));
     }
-    pending_residual_ = false;
-  } else {
-    residual_norm(w.final_norm, n - step_.rows, step_.rows);
+    last_rows = normed_.data();
   }
-  backend_.matmul(normed_.data(), step_.rows, h, w.lm_head, nullptr, step_.logits, s.vocab_size);
+  backend_.norm_matmul_many(last_rows, step_.rows, norm_of(w.final_norm), &head, 1);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
+  if (step_.next_id != nullptr) backend_.argmax(step_.logits + (step_.rows - 1) * s.vocab_size, 1, s.vocab_size, step_.next_id);
 }
 
-void Transformer::residual_norm(const Tensor& weight, int64_t first_row, int64_t rows) {
+InputNorm Transformer::norm_of(const Tensor& weight) const {
+  return InputNorm{&weight, model_.spec.rms_norm_eps, model_.spec.norm_add_one};
+}
+
+// A block's output: added straight into the residual stream, or through its sandwich
+// norm (Gemma 2/3) first.
+void Transformer::add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias,
+                                   const Tensor& post_norm) {
   const ModelSpec& s = model_.spec;
-  const int64_t h = s.hidden_size;
-  float* x = hidden_.data() + first_row * h;
-  if (pending_residual_)
-    backend_.add_rms_norm(x, proj_.data() + first_row * h, rows, h, weight, s.rms_norm_eps, s.norm_add_one,
-                          normed_.data());
-  else
-    backend_.rms_norm(x, rows, h, h, weight, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
-  pending_residual_ = false;
+  const int64_t n = step_.n, h = s.hidden_size;
+  if (post_norm.empty()) {
+    backend_.matmul_add(x, n, ldx, w, bias, hidden_.data(), h);
+    return;
+  }
+  backend_.matmul(x, n, ldx, w, bias, proj_.data(), h);
+  backend_.rms_norm(proj_.data(), n, h, h, post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
+  backend_.add(hidden_.data(), proj_.data(), n * h);
 }
 
 void Transformer::attention_block(int64_t layer) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerSpec& ls = s.layers[static_cast<size_t>(layer)];
-  const int64_t n = step_.n, h = s.hidden_size, qs = s.q_size(), kvs = s.kv_size();
+  const int64_t n = step_.n, qs = s.q_size(), kvs = s.kv_size();
   const int64_t width = qs + 2 * kvs;  // qkv_ rows: [q | k | v]
 
-  residual_norm(w.attn_norm, 0, n);
   if (!w.qkv.empty()) {
-    backend_.matmul(normed_.data(), n, h, w.qkv, optional(w.qkv_bias), qkv_.data(), width);
+    const MatmulTarget qkv{&w.qkv, optional(w.qkv_bias), qkv_.data(), width};
+    backend_.norm_matmul_many(hidden_.data(), n, norm_of(w.attn_norm), &qkv, 1);
   } else {
     const MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), qkv_.data(), width},
                                 {&w.k, optional(w.k_bias), qkv_.data() + qs, width},
                                 {&w.v, optional(w.v_bias), qkv_.data() + qs + kvs, width}};
-    backend_.matmul_many(normed_.data(), n, h, qkv, 3);
+    backend_.norm_matmul_many(hidden_.data(), n, norm_of(w.attn_norm), qkv, 3);
   }
   const RopeTable& table = ropes_[static_cast<size_t>(ls.rope)];
   RopeParams rope{rope_freqs_[static_cast<size_t>(ls.rope)].data(), table.rotary_dim, table.attention_factor};
@@ -248,10 +273,7 @@ void Transformer::attention_block(int64_t layer) {
     backend_.attention(q_.data() + seg.offset * qs, seg.n, qs, kv.keys(layer), kv.values(layer), kvs, positions,
                        kv.capacity(), params, attn_.data() + seg.offset * qs, qs);
   }
-  backend_.matmul(attn_.data(), n, qs, w.o, optional(w.o_bias), proj_.data(), h);
-  if (!w.attn_post_norm.empty())
-    backend_.rms_norm(proj_.data(), n, h, h, w.attn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
-  pending_residual_ = true;
+  add_block_output(attn_.data(), qs, w.o, optional(w.o_bias), w.attn_post_norm);
 }
 
 void Transformer::mlp_block(int64_t layer) {
@@ -259,20 +281,20 @@ void Transformer::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const int64_t n = step_.n, h = s.hidden_size;
 
-  residual_norm(w.ffn_norm, 0, n);
   if (s.layers[static_cast<size_t>(layer)].moe) {
     MoeParams params{s.experts_per_token, s.norm_topk_prob, s.act};
+    backend_.rms_norm(hidden_.data(), n, h, h, w.ffn_norm, s.rms_norm_eps, s.norm_add_one, normed_.data(), h);
     backend_.moe(normed_.data(), n, h, w.router, w.experts, params, proj_.data());
-  } else {
-    const int64_t inter = s.intermediate_size, width = 2 * inter;  // mlp_ rows: [gate | up]
-    const MatmulTarget gate{&w.gate, optional(w.gate_bias), mlp_.data(), width};
-    const MatmulTarget up{&w.up, optional(w.up_bias), mlp_.data() + inter, width};
-    backend_.matmul_gated(normed_.data(), n, h, gate, up, s.act, mlp_.data(), width);
-    backend_.matmul(mlp_.data(), n, width, w.down, optional(w.down_bias), proj_.data(), h);
+    if (!w.ffn_post_norm.empty())
+      backend_.rms_norm(proj_.data(), n, h, h, w.ffn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
+    backend_.add(hidden_.data(), proj_.data(), n * h);
+    return;
   }
-  if (!w.ffn_post_norm.empty())
-    backend_.rms_norm(proj_.data(), n, h, h, w.ffn_post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
-  pending_residual_ = true;
+  const int64_t inter = s.intermediate_size, width = 2 * inter;  // mlp_ rows: [gate | up]
+  const MatmulTarget gate{&w.gate, optional(w.gate_bias), mlp_.data(), width};
+  const MatmulTarget up{&w.up, optional(w.up_bias), mlp_.data() + inter, width};
+  backend_.norm_matmul_gated(hidden_.data(), n, norm_of(w.ffn_norm), gate, up, s.act, mlp_.data(), width);
+  add_block_output(mlp_.data(), width, w.down, optional(w.down_bias), w.ffn_post_norm);
 }
 
 }  // namespace kettle

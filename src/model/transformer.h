@@ -38,6 +38,10 @@ class Transformer {
   // token or [n, vocab] for all.
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits);
 
+  // As forward, then the last token's greedy next id computed where the logits live:
+  // on a GPU only the id crosses to the host.
+  int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv);
+
   // Several sequences in one pass (continuous batching): the matmuls run over every
   // entry's tokens at once, attention per sequence over its own cache. Writes the
   // logits of each entry's last token (host memory): [entries.size(), vocab].
@@ -57,14 +61,17 @@ class Transformer {
     std::vector<Segment> segments;       // one per sequence (forward: one)
     bool last_per_segment = false;       // logits rows: each segment's last token (else the step's last rows)
     float* logits = nullptr;             // [rows, vocab] backend memory
+    int32_t* next_id = nullptr;          // [1] backend memory, or nullptr: no argmax
   };
-  void prepare_step(int64_t n, int64_t rows, const int32_t* host_ids, float* logits);
-  void finish_step(int64_t rows, float* logits);
+  // Points the step at its ids and positions (uploaded on a device backend).
+  void upload_step_inputs(const int32_t* host_ids, int64_t n);
+  // Uploads the step's values and runs it (recorded when it is one token).
+  void execute(const int32_t* tokens, int64_t n, KvCache& kv, int64_t rows, float* host_logits, bool greedy);
   void run_step();
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
-  // hidden += proj (when a block's output is pending), then normed = norm(hidden).
-  void residual_norm(const Tensor& weight, int64_t first_row, int64_t rows);
+  InputNorm norm_of(const Tensor& weight) const;
+  void add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias, const Tensor& post_norm);
   void ensure_scratch(int64_t n, int64_t logits_rows);
   void update_ropes(int64_t seq_len);
   uint64_t step_key(const KvCache& kv) const;
@@ -77,7 +84,6 @@ class Transformer {
   std::vector<BackendArray<float>> rope_freqs_;  // [rotary_dim / 2] each, backend memory
   bool recordable_ = true;         // false when a RoPE table changes with the length
   Step step_;
-  bool pending_residual_ = false;  // proj_ holds a block output not yet added to hidden_
   HostBuffer<int32_t> host_positions_;
   HostBuffer<int32_t> host_ids_;     // forward_batch: the entries' tokens, concatenated
   int64_t scratch_tokens_ = 0, logits_rows_ = 0;
@@ -85,13 +91,14 @@ class Transformer {
   BackendArray<int32_t> ids_;        // [n] (device backends only)
   BackendArray<int32_t> positions_;  // [n] (device backends only)
   BackendArray<float> hidden_;   // [n, hidden] the residual stream
-  BackendArray<float> normed_;   // [n, hidden]
+  BackendArray<float> normed_;   // [n, hidden] (MoE input)
   BackendArray<float> qkv_;      // [n, q_size + 2 kv_size] packed projections
   BackendArray<float> q_;        // [n, q_size] roped queries
   BackendArray<float> attn_;     // [n, q_size]
-  BackendArray<float> proj_;     // [n, hidden]
+  BackendArray<float> proj_;     // [n, hidden] block outputs under a sandwich norm, MoE
   BackendArray<float> mlp_;      // [n, 2 inter] [gate | up]
-  BackendArray<float> logits_;   // [rows, vocab] (device backends only)
+  BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
+  BackendArray<int32_t> next_id_;  // [1] the greedy step's result
 };
 
 }  // namespace kettle

@@ -1,5 +1,6 @@
 // CpuBackend: the reference backend. Owns the thread pool and forwards each
 // Backend op to its file in this folder.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "tensor/host_buffer.h"
 
 namespace kettle {
 namespace {
@@ -54,6 +56,29 @@ class CpuBackend final : public Backend {
                       const RopeParams& rope, float* q_out, float* k_cache, float* v_cache) override {
     cpu::qkv_rope_store(pool_, qkv, n, ld, layout, positions, rope, q_out, k_cache, v_cache);
   }
+  // The CPU composes the fused ops: norm (or product) into scratch, then the plain op. The
+  // scratch only grows, so decoding allocates nothing per step.
+  void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
+                        int count) override {
+    const int64_t k = targets[0].w->dim(1);
+    float* normed = scratch(n * k);
+    cpu::rms_norm(pool_, x, n, k, k, *norm.weight, norm.eps, norm.add_one, normed, k);
+    cpu_matmul_many(pool_, normed, n, k, targets, count);
+  }
+  void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
+                         const MatmulTarget& up, Activation act, float* out, int64_t ldo) override {
+    const int64_t k = gate.w->dim(1);
+    float* normed = scratch(n * k);
+    cpu::rms_norm(pool_, x, n, k, k, *norm.weight, norm.eps, norm.add_one, normed, k);
+    matmul_gated(normed, n, k, gate, up, act, out, ldo);
+  }
+  void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+                  int64_t ldo) override {
+    const int64_t m = w.dim(0);
+    float* product = scratch(n * m);
+    cpu_matmul(pool_, x, n, ldx, w, bias, product, m);
+    for (int64_t t = 0; t < n; ++t) cpu::add(pool_, out + t * ldo, product + t * m, m);
+  }
   void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
                     Activation act, float* out, int64_t ldo) override {
     const MatmulTarget both[] = {gate, up};
@@ -74,13 +99,25 @@ class CpuBackend final : public Backend {
     cpu::attention(pool_, q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo);
   }
   void softcap(float* x, int64_t n, float cap) override { cpu::softcap(pool_, x, n, cap); }
+  void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits + r * vocab;
+      ids[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // first of equal maxima
+    }
+  }
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
            const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) override {
     cpu::moe(pool_, x, n, hidden, router, experts, params, out);
   }
 
  private:
+  float* scratch(int64_t count) {
+    if (scratch_.size() < static_cast<size_t>(count)) scratch_.resize(static_cast<size_t>(count));
+    return scratch_.data();
+  }
+
   ThreadPool pool_;
+  HostBuffer<float> scratch_;
 };
 
 }  // namespace

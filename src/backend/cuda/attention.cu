@@ -13,19 +13,22 @@
 namespace kettle::cuda {
 namespace {
 
-constexpr int kAttnWarps = 4;
-constexpr int kMaxDimsPerLane = 8;  // head_dim ≤ 256
+constexpr int kAttnWarps = 8;
+// Kernels are built for D = 1, 2, 4, 8 head dims per lane: head_dim ≤ 256.
 constexpr int kKeysPerIter = 4;     // K/V rows each warp loads before using them
 
-int chunk_keys(int64_t n) { return n <= 4 ? 64 : 256; }
+// Short caches fit one chunk (no merge); long ones split into 256-key chunks.
+int chunk_keys(int64_t) { return 256; }
 
-template <int G>
+template <int G, int D>
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k_cache,
                            const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
-                           AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial) {
+                           AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial,
+                           unsigned* arrivals) {
+  grid_wait();
   __shared__ float sm_m[kAttnWarps][G], sm_l[kAttnWarps][G];
-  __shared__ float sm_acc[kAttnWarps][G][kMaxDimsPerLane * kWarp];
+  __shared__ float sm_acc[kAttnWarps][G][D * kWarp];
   const int split = blockIdx.x;
   const int head0 = blockIdx.y * G;
   const int kvh = head0 / (p.n_heads / p.n_kv_heads);
@@ -37,13 +40,13 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   const int64_t begin = max(first, static_cast<int64_t>(split) * chunk);
   const int64_t end = min(pos + 1, static_cast<int64_t>(split + 1) * chunk);
 
-  float qv[G][kMaxDimsPerLane], acc[G][kMaxDimsPerLane], m[G], l[G];
+  float qv[G][D], acc[G][D], m[G], l[G];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    for (int i = 0; i < D; ++i) {
       const int d = lane + i * kWarp;
       qv[g][i] = d < hd ? q[t * ldq + static_cast<int64_t>(head0 + g) * hd + d] : 0.0f;
       acc[g][i] = 0.0f;
@@ -52,12 +55,12 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   const float* k_base = k_cache + static_cast<int64_t>(kvh) * hd;
   const float* v_base = v_cache + static_cast<int64_t>(kvh) * hd;
   for (int64_t j0 = begin + warp * kKeysPerIter; j0 < end; j0 += kAttnWarps * kKeysPerIter) {
-    float kr[kKeysPerIter][kMaxDimsPerLane], vr[kKeysPerIter][kMaxDimsPerLane];
+    float kr[kKeysPerIter][D], vr[kKeysPerIter][D];
 #pragma unroll
     for (int u = 0; u < kKeysPerIter; ++u) {
       const int64_t j = j0 + u;
 #pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      for (int i = 0; i < D; ++i) {
         const int d = lane + i * kWarp;
         const bool ok = j < end && d < hd;
         kr[u][i] = ok ? k_base[j * ld_kv + d] : 0.0f;
@@ -71,14 +74,14 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       for (int g = 0; g < G; ++g) {
         float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kMaxDimsPerLane; ++i) s = fmaf(qv[g][i], kr[u][i], s);
+        for (int i = 0; i < D; ++i) s = fmaf(qv[g][i], kr[u][i], s);
         s = warp_sum(s) * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * tanhf(s / p.softcap);
         const float m_new = fmaxf(m[g], s);
         const float correction = expf(m[g] - m_new), weight = expf(s - m_new);
         l[g] = l[g] * correction + weight;
 #pragma unroll
-        for (int i = 0; i < kMaxDimsPerLane; ++i) acc[g][i] = fmaf(acc[g][i], correction, weight * vr[u][i]);
+        for (int i = 0; i < D; ++i) acc[g][i] = fmaf(acc[g][i], correction, weight * vr[u][i]);
         m[g] = m_new;
       }
     }
@@ -90,7 +93,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       sm_l[warp][g] = l[g];
     }
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) sm_acc[warp][g][lane + i * kWarp] = acc[g][i];
+    for (int i = 0; i < D; ++i) sm_acc[warp][g][lane + i * kWarp] = acc[g][i];
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
@@ -117,30 +120,36 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       }
     }
   }
-}
-
-// grid (n_heads, n): merges the chunks of one query head.
-__global__ void attention_merge_kernel(const float* __restrict__ partial, int n_heads, int head_dim, int splits,
-                                       float* out, int64_t ldo) {
-  const int head = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const float* slots = partial + (t * n_heads + head) * splits * (head_dim + 2);
-  float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    const float* slot = slots + s * (head_dim + 2);
-    if (slot[head_dim + 1] > 0.0f) big = fmaxf(big, slot[head_dim]);
-  }
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+  if (splits == 1) return;
+  // The last chunk block of this (query, head group) to finish merges all chunks, so
+  // no second launch is needed; it re-arms the counter for the next step.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  unsigned* arrival = arrivals + t * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(arrival, 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
+    const int g = idx / hd, d = idx % hd, head = head0 + g;
+    const float* slots = partial + (t * p.n_heads + head) * splits * (hd + 2);
+    float big = -INFINITY;
+    for (int s = 0; s < splits; ++s) {
+      const volatile float* slot = slots + s * (hd + 2);
+      if (slot[hd + 1] > 0.0f) big = fmaxf(big, slot[hd]);
+    }
     float sum = 0.0f, value = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      const float* slot = slots + s * (head_dim + 2);
-      if (slot[head_dim + 1] <= 0.0f) continue;
-      const float f = expf(slot[head_dim] - big);
-      sum += slot[head_dim + 1] * f;
+      const volatile float* slot = slots + s * (hd + 2);
+      if (slot[hd + 1] <= 0.0f) continue;
+      const float f = expf(slot[hd] - big);
+      sum += slot[hd + 1] * f;
       value += slot[d] * f;
     }
-    out[t * ldo + static_cast<int64_t>(head) * head_dim + d] = sum > 0.0f ? value / sum : 0.0f;
+    out[t * ldo + static_cast<int64_t>(head) * hd + d] = sum > 0.0f ? value / sum : 0.0f;
   }
+  if (threadIdx.x == 0) *arrival = 0;
 }
 
 int heads_per_block(const AttentionParams& p) {
@@ -151,29 +160,39 @@ int heads_per_block(const AttentionParams& p) {
 
 }  // namespace
 
-int64_t attention_workspace_floats(int64_t n, int64_t max_kv, const AttentionParams& p) {
+int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParams& p) {
   const int64_t splits = (max_kv + chunk_keys(n) - 1) / chunk_keys(n);
   return splits > 1 ? n * p.n_heads * splits * (p.head_dim + 2) : 0;
 }
 
 void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
                const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
-               float* workspace, cudaStream_t stream) {
+               float* partial, unsigned* arrivals, cudaStream_t stream) {
   if (n == 0) return;
   const int chunk = chunk_keys(n);
   const int splits = static_cast<int>(std::max<int64_t>(1, (max_kv + chunk - 1) / chunk));
   const int g = heads_per_block(p);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / g), static_cast<unsigned>(n));
   const int threads = kAttnWarps * kWarp;
+  const int d = p.head_dim <= 32 ? 1 : p.head_dim <= 64 ? 2 : p.head_dim <= 128 ? 4 : 8;
+  const auto run = [&](auto kernel) {
+    launch(kernel, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo,
+           partial, arrivals);
+  };
+#define KETTLE_ATTENTION_CASE(G)                                \
+  case G:                                                       \
+    if (d == 1) run(attention_chunk_kernel<G, 1>);              \
+    else if (d == 2) run(attention_chunk_kernel<G, 2>);         \
+    else if (d == 4) run(attention_chunk_kernel<G, 4>);         \
+    else run(attention_chunk_kernel<G, 8>);                     \
+    break;
   switch (g) {
-    case 4: attention_chunk_kernel<4><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    case 3: attention_chunk_kernel<3><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    case 2: attention_chunk_kernel<2><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
-    default: attention_chunk_kernel<1><<<grid, threads, 0, stream>>>(q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo, workspace); break;
+    KETTLE_ATTENTION_CASE(4)
+    KETTLE_ATTENTION_CASE(3)
+    KETTLE_ATTENTION_CASE(2)
+    default: KETTLE_ATTENTION_CASE(1)
   }
-  if (splits > 1)
-    attention_merge_kernel<<<dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(n)), 128, 0, stream>>>(
-        workspace, p.n_heads, p.head_dim, splits, out, ldo);
+#undef KETTLE_ATTENTION_CASE
 }
 
 }  // namespace kettle::cuda

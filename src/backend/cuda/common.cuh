@@ -79,32 +79,133 @@ __device__ __forceinline__ float activate(Activation act, float x) {
   return x;
 }
 
-constexpr int kRowUnroll = 8;  // 16-byte weight loads each lane keeps in flight
+// Programmatic dependent launch (Hopper): kernels are launched so they may start
+// while the previous kernel finishes; each waits for it (grid_wait) before touching
+// activations, and weight loads can be issued before the wait. Every kernel waits
+// on every path, so "complete" stays transitive along the stream.
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
 
-// One warp's dot product of a bf16 weight row (k elements) with f32 x; every lane gets
-// the sum. Rows whose k is a multiple of 8 (16-byte aligned) take the vector path.
-__device__ __forceinline__ float row_dot(const Bf16Bits* w_row, const float* __restrict__ x, int k, int lane) {
-  float acc = 0.0f;
-  if ((k & 7) == 0) {
-    const uint4* w = reinterpret_cast<const uint4*>(w_row);
+constexpr int kRowLoads = 8;  // 16-byte weight loads each lane keeps in flight per batch
+
+// One warp's dot products of R bf16 weight rows (k elements each) with f32 x; every lane
+// gets the sums. The first batch of weight loads is issued before grid_wait() (weights
+// never depend on the previous kernel), and each next batch before the current one is
+// used. Rows take the 16-byte path when k is a multiple of 8 and x is 16-byte aligned.
+// RMSNorm applied to x inside a GEMV (norm == nullptr: none).
+struct RowNormArgs {
+  const float* weight = nullptr;  // [k]
+  float eps = 0.0f;
+  int add_one = 0;
+};
+
+// 1 / sqrt(mean(x²) + eps) over x[0, k), every lane of the warp gets it.
+__device__ __forceinline__ float warp_inv_rms(const float* __restrict__ x, int k, float eps, int lane) {
+  float ss = 0.0f;
+  if ((k & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int i = lane; i < k / 4; i += kWarp) {
+      const float4 v = __ldg(x4 + i);
+      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+    }
+  } else {
+    for (int i = lane; i < k; i += kWarp) ss = fmaf(x[i], x[i], ss);
+  }
+  ss = warp_sum(ss);
+  return 1.0f / sqrtf(ss / static_cast<float>(k) + eps);
+}
+
+__device__ __forceinline__ float4 scale4(float4 a, float4 w, float add) {
+  return make_float4(a.x * (w.x + add), a.y * (w.y + add), a.z * (w.z + add), a.w * (w.w + add));
+}
+
+template <int R>
+__device__ __forceinline__ void rows_dot(const Bf16Bits* const (&w_rows)[R], const float* __restrict__ x, int k,
+                                         int lane, float (&sums)[R], RowNormArgs norm = {}) {
+  constexpr int U = kRowLoads / R;
+#pragma unroll
+  for (int r = 0; r < R; ++r) sums[r] = 0.0f;
+  const bool vector = (k & 7) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const float add = norm.add_one ? 1.0f : 0.0f;
+  float inv = 1.0f;
+  if (!vector) {
+    grid_wait();
+    if (norm.weight != nullptr) inv = warp_inv_rms(x, k, norm.eps, lane);
+    for (int i = lane; i < k; i += kWarp) {
+      const float xi = norm.weight != nullptr ? x[i] * (norm.weight[i] + add) : x[i];
+#pragma unroll
+      for (int r = 0; r < R; ++r) sums[r] = fmaf(__uint_as_float(static_cast<uint32_t>(w_rows[r][i]) << 16), xi, sums[r]);
+    }
+  } else {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int chunks = k / 8;
+    uint4 cur[R][U], next[R][U];
+    const auto load = [&](uint4 (&dst)[R][U], int c) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int cc = c + u * kWarp;
+          dst[r][u] = cc < chunks ? load_stream(reinterpret_cast<const uint4*>(w_rows[r]) + cc) : make_uint4(0, 0, 0, 0);
+        }
+    };
     int c = lane;
-    for (; c + kWarp * (kRowUnroll - 1) < chunks; c += kWarp * kRowUnroll) {
-      uint4 wv[kRowUnroll];
+    load(cur, c);
+    grid_wait();
+    const float4* w4 = reinterpret_cast<const float4*>(norm.weight);
+    if (norm.weight != nullptr) inv = warp_inv_rms(x, k, norm.eps, lane);
+    while (c < chunks) {
+      const int following = c + U * kWarp;
+      if (following < chunks) load(next, following);
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) wv[u] = load_stream(w + c + u * kWarp);
-#pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int cc = c + u * kWarp;
-        acc += dot8(wv[u], __ldg(x4 + 2 * cc), __ldg(x4 + 2 * cc + 1));
+        if (cc < chunks) {
+          float4 a = __ldg(x4 + 2 * cc), b = __ldg(x4 + 2 * cc + 1);
+          if (w4 != nullptr) {
+            a = scale4(a, __ldg(w4 + 2 * cc), add);
+            b = scale4(b, __ldg(w4 + 2 * cc + 1), add);
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) sums[r] += dot8(cur[r][u], a, b);
+        }
       }
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u) cur[r][u] = next[r][u];
+      c = following;
     }
-    for (; c < chunks; c += kWarp) acc += dot8(load_stream(w + c), __ldg(x4 + 2 * c), __ldg(x4 + 2 * c + 1));
-  } else {
-    for (int i = lane; i < k; i += kWarp) acc = fmaf(__uint_as_float(static_cast<uint32_t>(w_row[i]) << 16), x[i], acc);
   }
-  return warp_sum(acc);
+#pragma unroll
+  for (int r = 0; r < R; ++r) sums[r] = warp_sum(sums[r]) * inv;
+}
+
+__device__ __forceinline__ float row_dot(const Bf16Bits* w_row, const float* __restrict__ x, int k, int lane) {
+  const Bf16Bits* rows[1] = {w_row};
+  float sums[1];
+  rows_dot<1>(rows, x, k, lane, sums);
+  return sums[0];
+}
+
+// Launches with programmatic stream serialization (see grid_wait).
+template <typename... Params, typename... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
 inline unsigned blocks_for(int64_t n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }

@@ -70,6 +70,8 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     device_name_ = prop.name;
+    check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kPinnedBytes), "cudaMallocHost");
+    check(cudaMallocHost(reinterpret_cast<void**>(&pinned_out_), kPinnedBytes), "cudaMallocHost");
   }
 
   ~CudaBackend() override {
@@ -78,8 +80,10 @@ class CudaBackend final : public Backend {
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &attention_ws_, &moe_ws_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
+    cudaFreeHost(pinned_);
+    cudaFreeHost(pinned_out_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -107,12 +111,32 @@ class CudaBackend final : public Backend {
   void release(void* data, size_t bytes) override {
     if (data != nullptr) free_[round_up(bytes)].push_back(data);
   }
+  // Small copies (a step's token ids and positions, its logits or next id) go through
+  // pinned memory, so they are true async DMAs rather than staged pageable copies.
   void to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes <= kPinnedBytes / 4) {
+      if (pinned_used_ + bytes > kPinnedBytes) {
+        check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // earlier copies have left
+        pinned_used_ = 0;
+      }
+      char* slot = pinned_ + pinned_used_;
+      std::memcpy(slot, src, bytes);
+      pinned_used_ += round_up(bytes);
+      check(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (to device)");
+      return;
+    }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (to device)");
   }
   void to_host(void* dst, const void* src, size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (bytes <= kPinnedBytes) {
+      check(cudaMemcpyAsync(pinned_out_, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      std::memcpy(dst, pinned_out_, bytes);
+    } else {
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (to host)");
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    }
+    pinned_used_ = 0;  // the stream is idle: every staged upload has landed
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (device)");
@@ -120,7 +144,7 @@ class CudaBackend final : public Backend {
 
   Tensor resident(const Tensor& weight) override {
     if (weight.empty()) return weight;
-    const ResidentKey key{weight.data, weight.dtype, weight.numel()};
+    const ResidentKey key{weight.data, weight.dtype, weight.numel(), fingerprint(weight)};
     auto it = resident_.find(key);
     if (it != resident_.end()) {
       Tensor view = it->second;
@@ -214,41 +238,27 @@ class CudaBackend final : public Backend {
   void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
               int64_t ldo) override {
     const MatmulTarget target{&w, bias, out, ldo};
-    matmul_many(x, n, ldx, &target, 1);
+    project(x, n, ldx, nullptr, &target, 1, false);
   }
-
   void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) override {
-    const int64_t k = targets[0].w->dim(1);
-    if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
-      cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
-      for (int i = 0; i < count; ++i)
-        gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
-                   static_cast<int>(targets[i].w->dim(0))};
-      cuda::gemv(gemv, count, x, static_cast<int>(k), stream_);
-      check_launch("gemv");
-      return;
-    }
-    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
-    cuda::to_bf16(x, n, k, ldx, xb, stream_);
-    check_launch("to_bf16");
-    for (int i = 0; i < count; ++i) gemm(xb, n, k, targets[i]);
+    project(x, n, ldx, nullptr, targets, count, false);
   }
-
+  void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
+                        int count) override {
+    project(x, n, targets[0].w->dim(1), &norm, targets, count, false);
+  }
+  void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+                  int64_t ldo) override {
+    const MatmulTarget target{&w, bias, out, ldo};
+    project(x, n, ldx, nullptr, &target, 1, true);
+  }
   void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
                     Activation act, float* out, int64_t ldo) override {
-    const int64_t k = gate.w->dim(1);
-    if (n == 1 && cuda::gemv_supported(k)) {
-      const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
-                               static_cast<int>(gate.w->dim(0))};
-      const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
-                               static_cast<int>(up.w->dim(0))};
-      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), out, stream_);
-      check_launch("gemv_gated");
-      return;
-    }
-    const MatmulTarget both[] = {gate, up};
-    matmul_many(x, n, ldx, both, 2);
-    gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+    gated(x, n, ldx, nullptr, gate, up, act, out, ldo);
+  }
+  void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
+                         const MatmulTarget& up, Activation act, float* out, int64_t ldo) override {
+    gated(x, n, gate.w->dim(1), &norm, gate, up, act, out, ldo);
   }
 
   void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
@@ -298,15 +308,32 @@ class CudaBackend final : public Backend {
                  const int32_t* positions, int64_t max_kv, const AttentionParams& params, float* out,
                  int64_t ldo) override {
     if (params.head_dim > 256) fail(ErrorCategory::kUnsupported, "cuda attention: head_dim {} > 256", params.head_dim);
-    const int64_t floats = cuda::attention_workspace_floats(n, max_kv, params);
-    auto* ws = static_cast<float*>(grow(attention_ws_, static_cast<size_t>(floats) * sizeof(float)));
-    cuda::attention(q, n, ldq, k_cache, v_cache, ld_kv, positions, max_kv, params, out, ldo, ws, stream_);
+    if (n > kPrefillQueries && cuda::attention_prefill_supported(params)) {
+      cuda::attention_prefill(q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo, stream_);
+      check_launch("attention_prefill");
+      return;
+    }
+    const size_t partial_bytes = static_cast<size_t>(cuda::attention_partial_floats(n, max_kv, params)) * sizeof(float);
+    auto* partial = static_cast<float*>(grow(attention_ws_, partial_bytes));
+    // Arrival counters live apart from the partials: zero when made, left zero by every call.
+    const size_t before = attention_arrivals_.bytes;
+    auto* arrivals = static_cast<unsigned*>(grow(attention_arrivals_, static_cast<size_t>(n * params.n_heads) * sizeof(unsigned)));
+    if (attention_arrivals_.bytes != before) check(cudaMemsetAsync(arrivals, 0, attention_arrivals_.bytes, stream_), "cudaMemsetAsync");
+    cuda::attention(q, n, ldq, k_cache, v_cache, ld_kv, positions, max_kv, params, out, ldo, partial, arrivals, stream_);
     check_launch("attention");
   }
 
   void softcap(float* x, int64_t n, float cap) override {
     cuda::softcap(x, n, cap, stream_);
     check_launch("softcap");
+  }
+
+  void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
+    const size_t before = argmax_ws_.bytes;
+    void* ws = grow(argmax_ws_, static_cast<size_t>(cuda::argmax_workspace_bytes(rows)) + 16);
+    if (argmax_ws_.bytes != before) check(cudaMemsetAsync(ws, 0, argmax_ws_.bytes, stream_), "cudaMemsetAsync");
+    cuda::argmax_rows(logits, rows, vocab, ids, ws, stream_);
+    check_launch("argmax");
   }
 
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router, const std::vector<ExpertWeights>& experts,
@@ -335,17 +362,34 @@ class CudaBackend final : public Backend {
  private:
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;
   static constexpr size_t kMaxGraphs = 64;
+  static constexpr size_t kPinnedBytes = size_t{4} << 20;
+  static constexpr int64_t kSplitRows = 64;
+  static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel  // GEMMs of at most this many rows take x as hi + lo
 
+  // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
+  // and reused for other weights at the same address must not find the old copy.
   struct ResidentKey {
     const void* data;
     DType dtype;
     int64_t numel;
+    uint64_t fingerprint;
     bool operator<(const ResidentKey& o) const {
       if (data != o.data) return data < o.data;
       if (dtype != o.dtype) return dtype < o.dtype;
-      return numel < o.numel;
+      if (numel != o.numel) return numel < o.numel;
+      return fingerprint < o.fingerprint;
     }
   };
+
+  // FNV-1a over up to 256 bytes at each end of the tensor.
+  static uint64_t fingerprint(const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    const size_t bytes = t.nbytes(), edge = std::min<size_t>(bytes, 256);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < edge; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = bytes - edge; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
 
   static size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -391,20 +435,105 @@ class CudaBackend final : public Backend {
     graphs_.clear();
   }
 
-  // out (row stride ldo) = x · wᵀ (+ bias): cuBLAS sees the row-major product as the
-  // column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
-  void gemm(const cuda::Bf16* xb, int64_t n, int64_t k, const MatmulTarget& t) {
-    const int64_t m = t.w->dim(0);
+  cuda::GemvNorm gemv_norm(const InputNorm* norm) {
+    if (norm == nullptr) return {};
+    return {f32_data(norm->weight, "norm"), norm->eps, norm->add_one};
+  }
+
+  // x normalised per row into a workspace (the GEMM paths; the GEMVs normalise on the fly).
+  const float* normalized(const float* x, int64_t n, int64_t k, const InputNorm& norm) {
+    auto* out = static_cast<float*>(grow(normed_ws_, static_cast<size_t>(n * k) * sizeof(float)));
+    cuda::rms_norm(x, n, k, k, f32_data(norm.weight, "norm"), norm.eps, norm.add_one, out, k, stream_);
+    check_launch("rms_norm");
+    return out;
+  }
+
+  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ).
+  void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
+               bool accumulate) {
+    const int64_t k = targets[0].w->dim(1);
+    // The norm runs as its own small kernel: normalising inside the GEMV (each warp
+    // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+      norm = nullptr;
+    }
+    if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
+      cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
+      for (int i = 0; i < count; ++i)
+        gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
+                   static_cast<int>(targets[i].w->dim(0))};
+      cuda::gemv(gemv, count, x, static_cast<int>(k), gemv_norm(norm), accumulate, stream_);
+      check_launch("gemv");
+      return;
+    }
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+    }
+    if (n <= kSplitRows) {
+      // Few rows: the GEMM streams the weights once either way, so x goes in as two
+      // bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)) for f32-accurate activations at
+      // almost no cost. MoE routing and the golden parity depend on it.
+      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
+      cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
+      check_launch("to_bf16_split");
+      for (int i = 0; i < count; ++i) {
+        const int64_t m = targets[i].w->dim(0);
+        auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
+        gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false);
+        cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
+                         stream_);
+        check_launch("sum_halves");
+      }
+      return;
+    }
+    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
+    cuda::to_bf16(x, n, k, ldx, xb, stream_);
+    check_launch("to_bf16");
+    for (int i = 0; i < count; ++i) {
+      gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate);
+      if (const float* b = f32_data(targets[i].bias, "matmul")) {
+        cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
+        check_launch("add_bias");
+      }
+    }
+  }
+
+  void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
+             const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
+    const int64_t k = gate.w->dim(1);
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+      norm = nullptr;
+    }
+    if (n == 1 && cuda::gemv_supported(k)) {
+      const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
+                               static_cast<int>(gate.w->dim(0))};
+      const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
+                               static_cast<int>(up.w->dim(0))};
+      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), gemv_norm(norm), out, stream_);
+      check_launch("gemv_gated");
+      return;
+    }
+    const MatmulTarget both[] = {gate, up};
+    project(x, n, ldx, norm, both, 2, false);
+    gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+  }
+
+  // out[n, m] (row stride ldo) (+)= xb[n, k] · wᵀ: cuBLAS sees the row-major product as
+  // the column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
+  void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo,
+                bool accumulate) {
+    const int64_t m = w.dim(0);
     const float one = 1.0f, zero = 0.0f;
     check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
-                       static_cast<int>(k), &one, bf16_data(*t.w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
-                       CUDA_R_16BF, static_cast<int>(k), &zero, t.out, CUDA_R_32F, static_cast<int>(t.ldo),
+                       static_cast<int>(k), &one, bf16_data(w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
+                       CUDA_R_16BF, static_cast<int>(k), accumulate ? &one : &zero, out, CUDA_R_32F, static_cast<int>(ldo),
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
-    if (const float* b = f32_data(t.bias, "matmul")) {
-      cuda::add_bias(t.out, n, m, t.ldo, b, stream_);
-      check_launch("add_bias");
-    }
   }
 
   // Device table [gate pointers | up pointers | down pointers] for one layer's experts.
@@ -438,7 +567,10 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
   bool capturing_ = false;
-  Workspace gemm_x_, attention_ws_, moe_ws_;
+  char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
+  size_t pinned_used_ = 0;
+  char* pinned_out_ = nullptr;  // staging for downloads
+  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_;
 };
 
 }  // namespace

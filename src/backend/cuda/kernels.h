@@ -21,14 +21,27 @@ struct GemvTarget {
   int rows = 0;
 };
 constexpr int kMaxGemvTargets = 4;
+// Optional RMSNorm of x applied inside the GEMV (weight nullptr: none).
+struct GemvNorm {
+  const float* weight = nullptr;  // [k]
+  float eps = 0.0f;
+  bool add_one = false;
+};
 bool gemv_supported(int64_t k);  // k a multiple of 8 (16-byte rows)
-// targets[i].out = W_i · x (+ b_i) for each target, in one launch.
-void gemv(const GemvTarget* targets, int count, const float* x, int k, cudaStream_t stream);
-// out[i] = act(gate_i · x + bg) * (up_i · x + bu), one launch.
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
-                cudaStream_t stream);
+// targets[i].out (+)= W_i · norm(x) (+ b_i) for each target, in one launch; accumulate adds
+// into out instead of overwriting it.
+void gemv(const GemvTarget* targets, int count, const float* x, int k, const GemvNorm& norm, bool accumulate,
+          cudaStream_t stream);
+// out[i] = act(gate_i · norm(x) + bg) * (up_i · norm(x) + bu), one launch.
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
+                const GemvNorm& norm, float* out, cudaStream_t stream);
 // out[n, k] (dense) = bf16(x[n, k] (stride ldx)): the GEMM's activation operand.
 void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
+// out[2n, k] (dense): rows [0, n) = bf16(x), rows [n, 2n) = bf16(x - bf16(x)).
+void to_bf16_split(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
+// out[t, i] (stride ldo) (+)= wide[t, i] + wide[n + t, i] (+ bias[i]); wide: [2n, m] dense.
+void sum_halves(const float* wide, int64_t n, int64_t m, const float* bias, float* out, int64_t ldo, bool accumulate,
+                cudaStream_t stream);
 // out[t, i] (stride ldo) += bias[i] for t < n, i < m.
 void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, cudaStream_t stream);
 
@@ -55,11 +68,18 @@ void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_
                     float* v_cache, cudaStream_t stream);
 
 // ---- attention.cu --------------------------------------------------------------------
-// Floats of workspace attention() needs for these sizes.
-int64_t attention_workspace_floats(int64_t n, int64_t max_kv, const AttentionParams& p);
+// Floats of per-chunk partial results attention() needs for these sizes; arrivals: n *
+// n_heads counters, zero before the first call (each call leaves them zero).
+int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParams& p);
 void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
                const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
-               float* workspace, cudaStream_t stream);
+               float* partial, unsigned* arrivals, cudaStream_t stream);
+
+// ---- attention_prefill.cu: many queries (head_dim ≤ 128) ---------------------------------
+bool attention_prefill_supported(const AttentionParams& p);
+void attention_prefill(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache,
+                       int64_t ld_kv, const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo,
+                       cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------------
 // Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
@@ -75,6 +95,9 @@ void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, cons
               const Bf16* const* down, int64_t hidden, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ---------------------------------------------------------------------------
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, cudaStream_t stream);
+// workspace: argmax_workspace_bytes(rows), zero before the first call (calls leave it zero
+// where it matters).
+int64_t argmax_workspace_bytes(int64_t rows);
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, void* workspace, cudaStream_t stream);
 
 }  // namespace kettle::cuda

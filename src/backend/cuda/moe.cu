@@ -17,6 +17,7 @@ constexpr int kMoeWarps = 4;
 // One warp per token.
 __global__ void route_top_k_kernel(const float* __restrict__ logits, int n_experts, int top_k, bool renormalize,
                                    int32_t* ids, float* weights) {
+  grid_wait();
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x;
   const float* l = logits + t * n_experts;
@@ -79,15 +80,15 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
                        float* h) {
   const int64_t row = blockIdx.x * kMoeWarps + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
+  grid_wait();  // the expert ids come from the routing kernel
   if (row >= inter) return;
   const int64_t pair = blockIdx.y;  // t * top_k + slot
   const int64_t t = pair / top_k;
   const int e = ids[pair];
-  const float* xt = x + t * hidden;
-  const int k = static_cast<int>(hidden);
-  const float g = row_dot(gate[e] + row * hidden, xt, k, lane);
-  const float u = row_dot(up[e] + row * hidden, xt, k, lane);
-  if (lane == 0) h[pair * inter + row] = activate(act, g) * u;
+  const Bf16Bits* rows[2] = {gate[e] + row * hidden, up[e] + row * hidden};
+  float sums[2];
+  rows_dot<2>(rows, x + t * hidden, static_cast<int>(hidden), lane, sums);
+  if (lane == 0) h[pair * inter + row] = activate(act, sums[0]) * sums[1];
 }
 
 // grid (hidden / warps, n): one warp per output element, the slots summed in expert order.
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
                     float* out) {
   const int64_t row = blockIdx.x * kMoeWarps + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
+  grid_wait();
   if (row >= hidden) return;
   const int64_t t = blockIdx.y;
   float sum = 0.0f;
@@ -112,20 +114,20 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
 
 void route_top_k(const float* logits, int64_t n, int n_experts, int top_k, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t stream) {
-  route_top_k_kernel<<<static_cast<unsigned>(n), kWarp, 0, stream>>>(logits, n_experts, top_k, renormalize, ids,
+  launch(route_top_k_kernel, static_cast<unsigned>(n), kWarp, 0, stream, logits, n_experts, top_k, renormalize, ids,
                                                                       weights);
 }
 
 void moe_gate_up(const float* x, int64_t n, int64_t hidden, const int32_t* ids, int top_k, const Bf16* const* gate,
                  const Bf16* const* up, int64_t inter, Activation act, float* h, cudaStream_t stream) {
   const dim3 grid(blocks_for(inter, kMoeWarps), static_cast<unsigned>(n * top_k));
-  moe_gate_up_kernel<<<grid, kMoeWarps * kWarp, 0, stream>>>(x, hidden, ids, top_k, gate, up, inter, act, h);
+  launch(moe_gate_up_kernel, grid, kMoeWarps * kWarp, 0, stream, x, hidden, ids, top_k, gate, up, inter, act, h);
 }
 
 void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, const float* weights, int top_k,
               const Bf16* const* down, int64_t hidden, float* out, cudaStream_t stream) {
   const dim3 grid(blocks_for(hidden, kMoeWarps), static_cast<unsigned>(n));
-  moe_down_kernel<<<grid, kMoeWarps * kWarp, 0, stream>>>(h, inter, ids, weights, top_k, down, hidden, out);
+  launch(moe_down_kernel, grid, kMoeWarps * kWarp, 0, stream, h, inter, ids, weights, top_k, down, hidden, out);
 }
 
 }  // namespace kettle::cuda

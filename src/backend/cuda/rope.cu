@@ -14,6 +14,7 @@ constexpr int kHeadThreads = 128;
 
 __global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, int half, float attention_factor) {
+  grid_wait();
   const int64_t t = blockIdx.x;
   float* v = x + t * ld + static_cast<int64_t>(blockIdx.y) * head_dim;
   const float pos = static_cast<float>(positions[t]);
@@ -32,6 +33,7 @@ __global__ void __launch_bounds__(kHeadThreads)
                           const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps, bool add_one,
                           const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int half,
                           float attention_factor, float* q_out, float* k_cache, float* v_cache) {
+  grid_wait();
   __shared__ float head[kMaxHeadDim];
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kHeadThreads)
 void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rotary_dim, float attention_factor, cudaStream_t stream) {
   if (n_tokens == 0) return;
-  rope_kernel<<<dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads)), 64, 0, stream>>>(
+  launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads)), 64, 0, stream, 
       x, ld, head_dim, positions, inv_freq, rotary_dim / 2, attention_factor);
 }
 
@@ -83,7 +85,7 @@ void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_
                     float* v_cache, cudaStream_t stream) {
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads + 2 * n_kv_heads));
-  qkv_rope_store_kernel<<<grid, kHeadThreads, 0, stream>>>(qkv, ld, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps,
+  launch(qkv_rope_store_kernel, grid, kHeadThreads, 0, stream, qkv, ld, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps,
                                                            add_one, positions, inv_freq, rotary_dim / 2,
                                                            attention_factor, q_out, k_cache, v_cache);
 }

@@ -137,6 +137,49 @@ TEST_F(CudaOpsTest, MatmulGatedBothActivations) {
   }
 }
 
+TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
+  for (int64_t n : {1, 3, 80}) {  // GEMV, hi+lo GEMM, plain bf16 GEMM
+    for (bool add_one : {false, true}) {
+      const int64_t k = 512, m = 96, inter = 64, width = 2 * inter;
+      Bf16Weight w({m, k}, rng_), g({inter, k}, rng_), u({inter, k}, rng_), nw({k}, rng_), dn({k, inter}, rng_);
+      auto x = random_vec(static_cast<size_t>(n * k), rng_, 3.0f);
+      const InputNorm cpu_norm{&nw.tensor, 1e-5f, add_one};
+      std::vector<float> ref(static_cast<size_t>(n * m), NAN), mlp(static_cast<size_t>(n * width), NAN);
+      const MatmulTarget cpu_target{&w.tensor, nullptr, ref.data(), m};
+      cpu_->norm_matmul_many(x.data(), n, cpu_norm, &cpu_target, 1);
+      cpu_->norm_matmul_gated(x.data(), n, cpu_norm, {&g.tensor, nullptr, mlp.data(), width},
+                              {&u.tensor, nullptr, mlp.data() + inter, width}, Activation::kSilu, mlp.data(), width);
+      auto residual = random_vec(static_cast<size_t>(n * k), rng_);
+      auto cpu_residual = residual;
+      cpu_->matmul_add(mlp.data(), n, width, dn.tensor, nullptr, cpu_residual.data(), k);
+
+      Tensor gw = gpu_->resident(w.tensor), gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
+      Tensor gn = gpu_->resident(nw.tensor), gd = gpu_->resident(dn.tensor);
+      const InputNorm gpu_norm{&gn, 1e-5f, add_one};
+      auto dx = up(x);
+      auto dout = poisoned(ref.size());
+      auto dmlp = poisoned(mlp.size());
+      const MatmulTarget gpu_target{&gw, nullptr, dout.data(), m};
+      gpu_->norm_matmul_many(dx.data(), n, gpu_norm, &gpu_target, 1);
+      gpu_->norm_matmul_gated(dx.data(), n, gpu_norm, {&gg, nullptr, dmlp.data(), width},
+                              {&gu, nullptr, dmlp.data() + inter, width}, Activation::kSilu, dmlp.data(), width);
+      auto dres = up(residual);
+      gpu_->matmul_add(dmlp.data(), n, width, gd, nullptr, dres.data(), k);
+      const double tol = n > 64 ? 1e-2 : 1e-4;  // bf16-rounded activations only above 64 rows
+      EXPECT_LE(rel_err(down(dout), ref), tol) << "n " << n << " add_one " << add_one;
+      auto gpu_mlp = down(dmlp);
+      std::vector<float> a, b;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < inter; ++i) {
+          a.push_back(gpu_mlp[static_cast<size_t>(t * width + i)]);
+          b.push_back(mlp[static_cast<size_t>(t * width + i)]);
+        }
+      EXPECT_LE(rel_err(a, b), tol) << "gated, n " << n;
+      EXPECT_LE(rel_err(down(dres), cpu_residual), tol) << "residual add, n " << n;
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, RmsNormAndFusedResidual) {
   for (bool add_one : {false, true}) {
     const int64_t rows = 3, dim = 2048;
