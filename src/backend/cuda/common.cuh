@@ -96,18 +96,50 @@ constexpr int kRowLoads = 8;  // 16-byte weight loads each lane keeps in flight 
 // gets the sums. The first batch of weight loads is issued before grid_wait() (weights
 // never depend on the previous kernel), and each next batch before the current one is
 // used. Rows take the 16-byte path when k is a multiple of 8 and x is 16-byte aligned.
+// RMSNorm applied to x inside a GEMV (norm == nullptr: none).
+struct RowNormArgs {
+  const float* weight = nullptr;  // [k]
+  float eps = 0.0f;
+  int add_one = 0;
+};
+
+// 1 / sqrt(mean(x²) + eps) over x[0, k), every lane of the warp gets it.
+__device__ __forceinline__ float warp_inv_rms(const float* __restrict__ x, int k, float eps, int lane) {
+  float ss = 0.0f;
+  if ((k & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int i = lane; i < k / 4; i += kWarp) {
+      const float4 v = __ldg(x4 + i);
+      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+    }
+  } else {
+    for (int i = lane; i < k; i += kWarp) ss = fmaf(x[i], x[i], ss);
+  }
+  ss = warp_sum(ss);
+  return 1.0f / sqrtf(ss / static_cast<float>(k) + eps);
+}
+
+__device__ __forceinline__ float4 scale4(float4 a, float4 w, float add) {
+  return make_float4(a.x * (w.x + add), a.y * (w.y + add), a.z * (w.z + add), a.w * (w.w + add));
+}
+
 template <int R>
 __device__ __forceinline__ void rows_dot(const Bf16Bits* const (&w_rows)[R], const float* __restrict__ x, int k,
-                                         int lane, float (&sums)[R]) {
+                                         int lane, float (&sums)[R], RowNormArgs norm = {}) {
   constexpr int U = kRowLoads / R;
 #pragma unroll
   for (int r = 0; r < R; ++r) sums[r] = 0.0f;
   const bool vector = (k & 7) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const float add = norm.add_one ? 1.0f : 0.0f;
+  float inv = 1.0f;
   if (!vector) {
     grid_wait();
-    for (int i = lane; i < k; i += kWarp)
+    if (norm.weight != nullptr) inv = warp_inv_rms(x, k, norm.eps, lane);
+    for (int i = lane; i < k; i += kWarp) {
+      const float xi = norm.weight != nullptr ? x[i] * (norm.weight[i] + add) : x[i];
 #pragma unroll
-      for (int r = 0; r < R; ++r) sums[r] = fmaf(__uint_as_float(static_cast<uint32_t>(w_rows[r][i]) << 16), x[i], sums[r]);
+      for (int r = 0; r < R; ++r) sums[r] = fmaf(__uint_as_float(static_cast<uint32_t>(w_rows[r][i]) << 16), xi, sums[r]);
+    }
   } else {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int chunks = k / 8;
@@ -124,6 +156,8 @@ __device__ __forceinline__ void rows_dot(const Bf16Bits* const (&w_rows)[R], con
     int c = lane;
     load(cur, c);
     grid_wait();
+    const float4* w4 = reinterpret_cast<const float4*>(norm.weight);
+    if (norm.weight != nullptr) inv = warp_inv_rms(x, k, norm.eps, lane);
     while (c < chunks) {
       const int following = c + U * kWarp;
       if (following < chunks) load(next, following);
@@ -131,7 +165,11 @@ __device__ __forceinline__ void rows_dot(const Bf16Bits* const (&w_rows)[R], con
       for (int u = 0; u < U; ++u) {
         const int cc = c + u * kWarp;
         if (cc < chunks) {
-          const float4 a = __ldg(x4 + 2 * cc), b = __ldg(x4 + 2 * cc + 1);
+          float4 a = __ldg(x4 + 2 * cc), b = __ldg(x4 + 2 * cc + 1);
+          if (w4 != nullptr) {
+            a = scale4(a, __ldg(w4 + 2 * cc), add);
+            b = scale4(b, __ldg(w4 + 2 * cc + 1), add);
+          }
 #pragma unroll
           for (int r = 0; r < R; ++r) sums[r] += dot8(cur[r][u], a, b);
         }
@@ -144,7 +182,7 @@ __device__ __forceinline__ void rows_dot(const Bf16Bits* const (&w_rows)[R], con
     }
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) sums[r] = warp_sum(sums[r]);
+  for (int r = 0; r < R; ++r) sums[r] = warp_sum(sums[r]) * inv;
 }
 
 __device__ __forceinline__ float row_dot(const Bf16Bits* w_row, const float* __restrict__ x, int k, int lane) {

@@ -15,6 +15,7 @@ struct GemvBatch {
   GemvTarget target[kMaxGemvTargets];
   int begin[kMaxGemvTargets + 1];  // first global row of each target; begin[count] = total
   int count;
+  RowNormArgs norm;
   int accumulate;
 };
 
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvBatch batc
   const int row = global_row - batch.begin[t];
   const Bf16Bits* rows[1] = {target.w + static_cast<size_t>(row) * k};
   float sums[1];
-  rows_dot<1>(rows, x, k, lane, sums);
+  rows_dot<1>(rows, x, k, lane, sums, batch.norm);
   if (lane == 0) {
     const float v = sums[0] + (target.bias != nullptr ? target.bias[row] : 0.0f);
     target.out[row] = batch.accumulate ? target.out[row] + v : v;
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvBatch batc
 
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
     gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k,
-                      float* out) {
+                      RowNormArgs norm, float* out) {
   const int row = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= gate.rows) {
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   }
   const Bf16Bits* rows[2] = {gate.w + static_cast<size_t>(row) * k, up.w + static_cast<size_t>(row) * k};
   float sums[2];
-  rows_dot<2>(rows, x, k, lane, sums);
+  rows_dot<2>(rows, x, k, lane, sums, norm);
   float g = sums[0], u = sums[1];
   if (lane == 0) {
     if (gate.bias != nullptr) g += gate.bias[row];
@@ -100,8 +101,12 @@ __global__ void add_bias_kernel(float* out, int64_t n, int64_t m, int64_t ldo, c
 
 bool gemv_supported(int64_t k) { return k % 8 == 0 && k <= (int64_t{1} << 30); }
 
-void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, cudaStream_t stream) {
+static RowNormArgs row_norm(const GemvNorm& norm) { return {norm.weight, norm.eps, norm.add_one ? 1 : 0}; }
+
+void gemv(const GemvTarget* targets, int count, const float* x, int k, const GemvNorm& norm, bool accumulate,
+          cudaStream_t stream) {
   GemvBatch batch{};
+  batch.norm = row_norm(norm);
   batch.accumulate = accumulate ? 1 : 0;
   batch.count = count;
   batch.begin[0] = 0;
@@ -112,9 +117,10 @@ void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accu
   launch(gemv_kernel, blocks_for(batch.begin[count], kGemvWarps), kGemvWarps * kWarp, 0, stream, batch, x, k);
 }
 
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
-                cudaStream_t stream) {
-  launch(gemv_gated_kernel, blocks_for(gate.rows, kGemvWarps), kGemvWarps * kWarp, 0, stream, gate, up, act, x, k, out);
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
+                const GemvNorm& norm, float* out, cudaStream_t stream) {
+  launch(gemv_gated_kernel, blocks_for(gate.rows, kGemvWarps), kGemvWarps * kWarp, 0, stream, gate, up, act, x, k,
+         row_norm(norm), out);
 }
 
 void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream) {
