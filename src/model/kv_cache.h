@@ -1,6 +1,7 @@
 // KvCache: one sequence's keys and values, contiguous per layer, in the
-// backend's memory (f32). (The paged, shared block pool of src/kv/ replaces
-// it for serving many sequences.)
+// backend's memory (f32). The server batches many of them (one per running
+// sequence) and keeps finished ones in the prefix cache (src/kv/); a paged
+// block pool shared by sequences is still to come (issue 7).
 #pragma once
 
 #include <cstdint>
