@@ -91,12 +91,16 @@ void open_browser(const std::string& url) {
   }
 }
 
+size_t available_memory_bytes() {
+  return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
 // The prefix cache's cap: the flag, but in host memory never more than a quarter of
 // what is available now, so the default (8 GB) cannot push a small machine into swap.
 size_t prompt_cache_bytes(double gb, const Backend& backend) {
   auto bytes = static_cast<size_t>(gb * 1e9);
   if (backend.host_memory()) {
-    const auto available = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t available = available_memory_bytes();
     if (bytes > available / 4) {
       log::info("prompt cache: {:.1f} GB (a quarter of the memory available), not {:.1f} GB",
                 static_cast<double>(available / 4) / 1e9, gb);
@@ -112,7 +116,7 @@ size_t prompt_cache_bytes(double gb, const Backend& backend) {
 size_t kv_budget_bytes(double gb, const Backend& backend) {
   if (gb >= 0) return static_cast<size_t>(gb * 1e9);
   if (!backend.host_memory()) return 0;
-  return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) / 4;
+  return available_memory_bytes() / 4;
 }
 
 std::string model_id(const std::string& folder) {
@@ -158,8 +162,7 @@ int run_serve(const ServeFlags& flags) {
   engine_options.prefill_chunk = flags.prefill_chunk;
   engine_options.kv_budget_bytes = kv_budget_bytes(flags.kv_budget_gb, *backend);
   config.kv_budget_bytes = engine_options.kv_budget_bytes;
-  config.kv_bytes_per_token = static_cast<size_t>(model.spec.kv_size()) * sizeof(float) * 2 *
-                              static_cast<size_t>(model.spec.n_layers);
+  config.kv_bytes_per_token = KvCache::bytes_per_position(model.spec.n_layers, model.spec.kv_size());
   server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <optional>
 
 #include "util/error.h"
 #include "util/timer.h"
@@ -36,27 +35,19 @@ GenerationResult generate(Transformer& transformer, const GenerationRequest& req
   validate_sampling(request.sampling, spec.vocab_size);
   GenerationResult result;
   result.finish_reason = "length";
-  std::optional<KvCache> own_kv;
-  if (!request.kv) own_kv.emplace(transformer.new_cache());
-  KvCache& kv = request.kv ? *request.kv : *own_kv;
-  const int64_t cached = kv.length();
+  KvCache kv = transformer.new_cache();
   Sampler sampler(request.sampling);
   sampler.start(request.prompt, spec.vocab_size, request.max_tokens);
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   const bool dump = !request.logits_dump_path.empty();
   HostBuffer<float> logits(static_cast<size_t>((dump ? n : 1) * spec.vocab_size));
-  if (cached >= n || (dump && cached > 0))
-    fail(ErrorCategory::kInternal, "generate: a reused cache of {} tokens leaves nothing of the {}-token prompt to run{}",
-         cached, n, dump ? " with every position's logits" : "");
-  result.cached_tokens = cached;
 
   if (request.should_stop && request.should_stop()) {
     result.finish_reason = "cancelled";
     return result;
   }
   Timer timer;
-  transformer.forward(request.prompt.data() + cached, n - cached, kv, dump ? LogitsFor::kAllTokens : LogitsFor::kLastToken,
-                      logits.data());
+  transformer.forward(request.prompt.data(), n, kv, dump ? LogitsFor::kAllTokens : LogitsFor::kLastToken, logits.data());
   result.prefill_ms = timer.millis();
   if (dump) {
     std::ofstream out(request.logits_dump_path, std::ios::binary);

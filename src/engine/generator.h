@@ -23,16 +23,11 @@ struct GenerationRequest {
   // Checked before the prefill and between decode steps; true ends the run with
   // finish_reason "cancelled" (the server's disconnect / stop-string hook).
   std::function<bool()> should_stop;
-  // When set: the cache to run in, already holding the KV of the prompt's first
-  // kv->length() tokens (a prefix-cache hit; < prompt.size()); only the rest is
-  // prefilled. It keeps the sequence's KV afterwards. Null: a fresh cache.
-  KvCache* kv = nullptr;
 };
 
 struct GenerationResult {
   std::vector<int32_t> tokens;
   std::string finish_reason;  // "stop" (an end-of-sequence id), "length" or "cancelled" (should_stop)
-  int64_t cached_tokens = 0;  // prompt tokens whose KV came with request.kv
   double prefill_ms = 0.0;
   double decode_ms = 0.0;  // from the first sampled token to the last
 };

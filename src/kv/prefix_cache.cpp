@@ -18,8 +18,7 @@ PrefixCache::PrefixCache(size_t capacity_bytes, int64_t block_size)
     : capacity_(capacity_bytes), block_size_(std::max<int64_t>(1, block_size)) {}
 
 size_t PrefixCache::bytes_of(const KvCache& kv) {
-  return static_cast<size_t>(kv.capacity()) * static_cast<size_t>(kv.kv_size()) * sizeof(float) * 2 *
-         static_cast<size_t>(kv.n_layers());
+  return static_cast<size_t>(kv.capacity()) * KvCache::bytes_per_position(kv.n_layers(), kv.kv_size());
 }
 
 std::optional<PrefixCache::Lease> PrefixCache::take(const std::vector<int32_t>& prompt) {

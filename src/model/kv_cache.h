@@ -4,6 +4,7 @@
 // block pool shared by sequences is still to come (issue 7).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,10 @@ class KvCache {
   int64_t capacity() const { return capacity_; }
   int64_t kv_size() const { return kv_size_; }
   int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
+  // Bytes one position takes across every layer (f32 keys and values).
+  static size_t bytes_per_position(int64_t n_layers, int64_t kv_size) {
+    return static_cast<size_t>(n_layers) * static_cast<size_t>(kv_size) * sizeof(float) * 2;
+  }
   void set_length(int64_t length) { length_ = length; }
 
   // Makes room for `tokens` positions, keeping what is there. Buffers move only when

@@ -70,8 +70,7 @@ void EngineWorker::submit(Job job) {
 }
 
 size_t EngineWorker::kv_bytes(int64_t tokens) const {
-  return static_cast<size_t>(tokens) * static_cast<size_t>(model_.spec.kv_size()) * sizeof(float) * 2 *
-         static_cast<size_t>(model_.spec.n_layers);
+  return static_cast<size_t>(tokens) * KvCache::bytes_per_position(model_.spec.n_layers, model_.spec.kv_size());
 }
 
 int64_t EngineWorker::flush_prefix_cache() {
