@@ -64,6 +64,31 @@ struct InputNorm {
   bool add_one = false;  // Gemma: x · (1 + w)
 };
 
+// Paged KV: one layer's keys and values live in a pool of fixed-size blocks, each
+// [pool rows, n_kv_heads * head_dim] (row = block * block_size + offset). A sequence's
+// logical row r (its position) is at block table[r / block_size], offset r % block_size.
+// Query (or token) t of a call reads its table at tables + t * table_stride; a stride of
+// 0 means every token of the call belongs to one sequence (a prompt chunk).
+struct KvPages {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t ld = 0;                   // row stride of k and v (n_kv_heads * head_dim)
+  int block_size = 0;
+  const int32_t* tables = nullptr;  // backend memory
+  int64_t table_stride = 0;
+};
+
+// One row of device sampling (Backend::sample), in transformers' order: temperature →
+// top-k → softmax → top-p → min-p, then the token where the running mass of the kept
+// tokens (largest first, ties to the lower id) first exceeds uniform × their total mass.
+struct SampleRow {
+  float temperature = 0.0f;  // <= 0: greedy (argmax, ties to the lower id)
+  int top_k = 0;             // <= 0: off
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+  float uniform = 0.0f;      // in [0, 1), drawn by the caller's seeded generator
+};
+
 // Where one token's q, k and v sit in the packed projection row [q | k | v].
 struct QkvLayout {
   int n_heads = 0;
@@ -145,21 +170,19 @@ class Backend {
 
   // Per token t of qkv [n, (n_heads + 2 n_kv_heads) * head_dim] (stride ld, packed q | k | v):
   // optional per-head q/k RMSNorm, RoPE of q and k at positions[t], q written to q_out
-  // [n, n_heads * head_dim] (contiguous), k and v written to cache row positions[t]
-  // ([rows, n_kv_heads * head_dim], contiguous). positions: backend memory.
+  // [n, n_heads * head_dim] (contiguous), k and v written to the token's cache row: its
+  // sequence's logical row positions[t] in `kv` (see KvPages). positions: backend memory.
   virtual void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout,
                               const int32_t* positions, const RopeParams& rope, float* q_out,
-                              float* k_cache, float* v_cache) = 0;
+                              const KvPages& kv) = 0;
 
-  // Causal attention: query t (at positions[t], backend memory) sees the cache rows
-  // [0, positions[t]] (the last `sliding_window` of them when set). max_kv bounds
-  // positions[t] + 1 for every t (the grid is sized by it, so a recorded step may pass
-  // the cache's capacity). q: [n, n_heads * head_dim] (stride ldq); caches:
-  // [rows, n_kv_heads * head_dim] (stride ld_kv); out: [n, n_heads * head_dim] (stride ldo).
-  virtual void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache,
-                         const float* v_cache, int64_t ld_kv, const int32_t* positions,
-                         int64_t max_kv, const AttentionParams& params, float* out,
-                         int64_t ldo) = 0;
+  // Causal attention: query t (at positions[t], backend memory) sees its sequence's logical
+  // cache rows [0, positions[t]] (the last `sliding_window` of them when set), read through
+  // its block table (KvPages). max_kv bounds positions[t] + 1 for every t (the grid is sized
+  // by it, so a recorded step may pass a bound above the real lengths). q: [n, n_heads *
+  // head_dim] (stride ldq); out: [n, n_heads * head_dim] (stride ldo).
+  virtual void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+                         int64_t max_kv, const AttentionParams& params, float* out, int64_t ldo) = 0;
 
   // The MLP's first half fused: out[n, inter] (stride ldo) = act(x·gateᵀ + b) * (x·upᵀ + b).
   // gate.out and up.out are scratch ([n, inter] each) the op may write.
@@ -175,6 +198,10 @@ class Backend {
   // ids[r] = the index of row r's largest logit (ties: the lower index), for greedy decoding
   // where the logits live; logits: [rows, vocab], ids: [rows], both backend memory.
   virtual void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) = 0;
+
+  // ids[r] = a token drawn from row r of logits [rows, vocab] as params[r] says (SampleRow);
+  // logits, params and ids: backend memory. Temperature 0 rows equal argmax.
+  virtual void sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids) = 0;
 
   // Routed mixture of experts: out[n, hidden] = Σ_topk p_e · down_e(act(gate_e x) · up_e x),
   // with router logits = x · routerᵀ and p = softmax over all experts (renormalised over top-k).

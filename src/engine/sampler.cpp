@@ -4,6 +4,8 @@
 // TopPLogitsWarper, MinPLogitsWarper), a draw, and log-probabilities.
 #include "engine/sampler.h"
 
+#include "backend/cpu/sample_row.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -109,52 +111,8 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab) {
 }
 
 int32_t Sampler::draw(const float* logits, int64_t vocab) {
-  candidates_.resize(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i)
-    candidates_[static_cast<size_t>(i)] = {logits[i] / params_.temperature, static_cast<int32_t>(i)};
-  const auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep), candidates_.end(), by_logit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  }
-  candidates_.resize(keep);
-
-  // Softmax over the survivors (sorted, largest first).
-  probs_.resize(keep);
-  double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i) sum += probs_[i] = std::exp(static_cast<double>(candidates_[i].first - candidates_[0].first));
-  for (auto& p : probs_) p /= sum;
-
-  if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (at least one token)
-    double mass = 0.0;
-    size_t cut = keep;
-    for (size_t i = 0; i < keep; ++i) {
-      mass += probs_[i];
-      if (mass >= params_.top_p) {
-        cut = i + 1;
-        break;
-      }
-    }
-    keep = cut;
-  }
-  if (params_.min_p > 0.0f) {  // drop tokens below min_p × the top probability
-    double floor = params_.min_p * probs_[0];
-    size_t cut = 1;
-    while (cut < keep && probs_[cut] >= floor) ++cut;
-    keep = cut;
-  }
-  double mass = 0.0;
-  for (size_t i = 0; i < keep; ++i) mass += probs_[i];
-  double r = std::uniform_real_distribution<double>(0.0, mass)(rng_);
-  for (size_t i = 0; i < keep; ++i) {
-    r -= probs_[i];
-    if (r < 0.0) return candidates_[i].second;
-  }
-  return candidates_[keep - 1].second;
+  const SampleRow row{params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f};
+  return cpu::sample_row(logits, vocab, row, std::uniform_real_distribution<double>(0.0, 1.0)(rng_), candidates_);
 }
 
 // log-softmax in double; the top alternatives by one pass keeping a sorted

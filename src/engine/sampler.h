@@ -85,7 +85,6 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<double> probs_;
   std::vector<float> adjusted_;  // [vocab] processed logits, when adjusts_logits()
   // Token history, kept only when a penalty needs it: distinct ids seen
   // (prompt + output) and per-id output counts.

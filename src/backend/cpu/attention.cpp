@@ -1,5 +1,5 @@
-// Causal softmax attention over a contiguous per-sequence KV cache (query t
-// sees rows [0, positions[t]]), with
+// Causal softmax attention over a paged KV cache (query t sees its sequence's
+// logical rows [0, positions[t]], read through its block table), with
 // grouped-query heads, Gemma-2 score softcapping and sliding windows
 // (Hugging Face semantics: query i sees key j iff 0 <= i - j < window).
 // Softmax in f32 with the running max subtracted, as torch's softmax does.
@@ -29,9 +29,8 @@ inline void axpy(float* y, float a, const float* x, int n) {
 
 }  // namespace
 
-void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const float* k_cache,
-               const float* v_cache, int64_t ld_kv, const int32_t* positions,
-               const AttentionParams& p, float* out, int64_t ldo) {
+void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv,
+               const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo) {
   const int group = p.n_heads / p.n_kv_heads;
   const int hd = p.head_dim;
   pool.parallel_for(n * p.n_heads, 1, [&](int64_t begin, int64_t end) {
@@ -48,7 +47,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const f
       const float* qh = q + t * ldq + static_cast<int64_t>(h) * hd;
       float max_score = -INFINITY;
       for (int64_t j = 0; j < count; ++j) {
-        const float* kj = k_cache + (first + j) * ld_kv + static_cast<int64_t>(kv_h) * hd;
+        const float* kj = kv.k + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
         float s = dot(qh, kj, hd) * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scores[static_cast<size_t>(j)] = s;
@@ -63,7 +62,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const f
       std::fill(oh, oh + hd, 0.0f);
       const float inv = 1.0f / denom;
       for (int64_t j = 0; j < count; ++j) {
-        const float* vj = v_cache + (first + j) * ld_kv + static_cast<int64_t>(kv_h) * hd;
+        const float* vj = kv.v + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
         axpy(oh, scores[static_cast<size_t>(j)] * inv, vj, hd);
       }
     }

@@ -53,8 +53,8 @@ class CpuBackend final : public Backend {
     cpu::add_rms_norm(pool_, x, y, rows, dim, weight, eps, add_one, out);
   }
   void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout, const int32_t* positions,
-                      const RopeParams& rope, float* q_out, float* k_cache, float* v_cache) override {
-    cpu::qkv_rope_store(pool_, qkv, n, ld, layout, positions, rope, q_out, k_cache, v_cache);
+                      const RopeParams& rope, float* q_out, const KvPages& kv) override {
+    cpu::qkv_rope_store(pool_, qkv, n, ld, layout, positions, rope, q_out, kv);
   }
   // The CPU composes the fused ops: norm (or product) into scratch, then the plain op. The
   // scratch only grows, so decoding allocates nothing per step.
@@ -93,10 +93,9 @@ class CpuBackend final : public Backend {
                         Activation act, float* out, int64_t ldo) override {
     cpu::gated_activation(pool_, gate, up, n, width, ld, act, out, ldo);
   }
-  void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache,
-                 int64_t ld_kv, const int32_t* positions, int64_t, const AttentionParams& params,
-                 float* out, int64_t ldo) override {
-    cpu::attention(pool_, q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo);
+  void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t,
+                 const AttentionParams& params, float* out, int64_t ldo) override {
+    cpu::attention(pool_, q, n, ldq, kv, positions, params, out, ldo);
   }
   void softcap(float* x, int64_t n, float cap) override { cpu::softcap(pool_, x, n, cap); }
   void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
@@ -104,6 +103,10 @@ class CpuBackend final : public Backend {
       const float* row = logits + r * vocab;
       ids[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);  // first of equal maxima
     }
+  }
+  void sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids) override {
+    std::vector<std::pair<float, int32_t>> candidates;
+    for (int64_t r = 0; r < rows; ++r) ids[r] = cpu::sample_row(logits + r * vocab, vocab, params[r], candidates);
   }
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
            const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) override {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/sample_row.h"
 #include "util/thread_pool.h"
 
 namespace kettle::cpu {
@@ -30,12 +31,16 @@ void add_rms_norm(ThreadPool& pool, float* x, const float* y, int64_t rows, int6
                   const Tensor& weight, float eps, bool add_one, float* out);
 
 void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout,
-                    const int32_t* positions, const RopeParams& rope, float* q_out, float* k_cache,
-                    float* v_cache);
+                    const int32_t* positions, const RopeParams& rope, float* q_out, const KvPages& kv);
 
-void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const float* k_cache,
-               const float* v_cache, int64_t ld_kv, const int32_t* positions,
-               const AttentionParams& params, float* out, int64_t ldo);
+void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv,
+               const int32_t* positions, const AttentionParams& params, float* out, int64_t ldo);
+
+// The cache row of token t's logical row `row` (KvPages): its block's row in the pool.
+inline int64_t page_row(const KvPages& kv, int64_t t, int64_t row) {
+  const int32_t* table = kv.tables + t * kv.table_stride;
+  return static_cast<int64_t>(table[row / kv.block_size]) * kv.block_size + row % kv.block_size;
+}
 
 void softcap(ThreadPool& pool, float* x, int64_t n, float cap);
 

@@ -1,7 +1,7 @@
 // The attention block's step between the q/k/v projection and attention:
 // per token, optional per-head q/k RMSNorm (Qwen3, Gemma3), RoPE (the same
 // rotate_half arithmetic as rope.cpp), q to its own buffer, k and v into the
-// cache row of the token's position.
+// cache row of the token's position (through its block table).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -40,8 +40,7 @@ void rotate_head(float* v, const float* cos_v, const float* sin_v, int half) {
 }  // namespace
 
 void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout,
-                    const int32_t* positions, const RopeParams& rope, float* q_out, float* k_cache,
-                    float* v_cache) {
+                    const int32_t* positions, const RopeParams& rope, float* q_out, const KvPages& kv) {
   const int hd = layout.head_dim, half = rope.rotary_dim / 2;
   const int64_t qs = static_cast<int64_t>(layout.n_heads) * hd, kvs = static_cast<int64_t>(layout.n_kv_heads) * hd;
   const std::vector<float> qn = norm_weight(layout.q_norm, layout.norm_add_one);
@@ -58,9 +57,10 @@ void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, c
       }
       float* q = q_out + t * qs;
       std::copy_n(row, qs, q);
-      float* k = k_cache + pos * kvs;
+      const int64_t slot = page_row(kv, t, pos);
+      float* k = kv.k + slot * kv.ld;
       std::copy_n(row + qs, kvs, k);
-      std::copy_n(row + qs + kvs, kvs, v_cache + pos * kvs);
+      std::copy_n(row + qs + kvs, kvs, kv.v + slot * kv.ld);
       for (int h = 0; h < layout.n_heads; ++h) {
         if (!qn.empty()) norm_head(q + h * hd, hd, qn, layout.norm_eps);
         rotate_head(q + h * hd, cos_v.data(), sin_v.data(), half);
