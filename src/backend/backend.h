@@ -123,6 +123,8 @@ class Backend {
   // same calls on the same buffers with only buffer contents changed, so a backend may
   // record them once and replay the recording (CUDA graphs); the CPU just calls ops.
   virtual void run_step(uint64_t key, const std::function<void()>& ops) = 0;
+  // Bytes of backend memory free now; 0 where the backend does not say (host memory).
+  virtual size_t free_memory() { return 0; }
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).
   virtual double measure_copy_bandwidth() { return 0.0; }

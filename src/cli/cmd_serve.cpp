@@ -67,7 +67,10 @@ struct ServeFlags {
   double prompt_cache_gb = 8.0;
   int batch = 8;
   int64_t prefill_chunk = 2048;
-  double kv_budget_gb = -1.0;  // unset: a quarter of the available memory on the CPU, no cap on a GPU
+  double kv_budget_gb = -1.0;      // unset: a quarter of the available memory on the CPU, most of what is free on a GPU
+  double memory_budget_gb = -1.0;  // unset: no cap beyond the KV budget
+  bool paged_kv = true;            // always on; the flag is accepted for compatibility
+  int kv_block_size = KvPool::kDefaultBlockSize;
   ThreadOption threads;
   DeviceOption device;
 };
@@ -110,13 +113,29 @@ size_t prompt_cache_bytes(double gb, const Backend& backend) {
   return bytes;
 }
 
-// The KV budget: the flag when given; else, in host memory, a quarter of what is available
-// now (the model's weights are mapped already); on a GPU no cap until the backend reports
-// its free memory.
-size_t kv_budget_bytes(double gb, const Backend& backend) {
-  if (gb >= 0) return static_cast<size_t>(gb * 1e9);
-  if (!backend.host_memory()) return 0;
-  return available_memory_bytes() / 4;
+// Working memory beside the weights and the KV pool (activations of a prefill chunk,
+// logits, library workspaces), kept out of --memory-budget's KV share.
+constexpr size_t kWorkingBytes = size_t{2} << 30;
+
+// The KV pool's cap: --kv-budget when given; else, in host memory, a quarter of what is
+// available now (the weights are mapped already); on a GPU 0, which the engine turns into
+// most of the device memory left after the weights. --memory-budget caps weights + KV +
+// working memory together.
+size_t kv_budget_bytes(const ServeFlags& flags, const Model& model, const Backend& backend) {
+  size_t bytes = 0;
+  if (flags.kv_budget_gb >= 0)
+    bytes = static_cast<size_t>(flags.kv_budget_gb * 1e9);
+  else if (backend.host_memory())
+    bytes = available_memory_bytes() / 4;
+  if (flags.memory_budget_gb < 0) return bytes;
+  const auto total = static_cast<size_t>(flags.memory_budget_gb * 1e9);
+  const size_t fixed = model.weight_bytes() + kWorkingBytes;
+  if (total <= fixed)
+    fail(ErrorCategory::kInvalidArgument,
+         "--memory-budget {:.2f} GB does not hold the model's weights ({:.2f} GB) plus {:.1f} GB of working memory",
+         flags.memory_budget_gb, static_cast<double>(model.weight_bytes()) / 1e9,
+         static_cast<double>(kWorkingBytes) / 1e9);
+  return bytes == 0 ? total - fixed : std::min(bytes, total - fixed);
 }
 
 std::string model_id(const std::string& folder) {
@@ -160,9 +179,8 @@ int run_serve(const ServeFlags& flags) {
   engine_options.prompt_cache_bytes = prompt_cache_bytes(flags.prompt_cache_gb, *backend);
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
-  engine_options.kv_budget_bytes = kv_budget_bytes(flags.kv_budget_gb, *backend);
-  config.kv_budget_bytes = engine_options.kv_budget_bytes;
-  config.kv_bytes_per_token = KvCache::bytes_per_position(model.spec.n_layers, model.spec.kv_size());
+  engine_options.kv_budget_bytes = kv_budget_bytes(flags, model, *backend);
+  engine_options.kv_block_size = flags.kv_block_size;
   server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
@@ -218,9 +236,17 @@ Action register_serve(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--kv-budget", f->kv_budget_gb,
-                 "GB of KV cache the running generations may hold; past it requests wait (default: a quarter of "
-                 "free RAM on the CPU, no cap on a GPU)")
+                 "GB of paged KV cache (running generations and the prompt cache); a request whose KV does not fit "
+                 "beside the running ones waits (default: a quarter of free RAM on the CPU, 90% of the GPU memory "
+                 "left after the weights)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--memory-budget", f->memory_budget_gb,
+                 "GB for weights + KV cache + working memory together; the KV cache gets what is left")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--paged-kv", f->paged_kv, "accepted for compatibility: the KV cache is always paged");
+  app.add_option("--paged-kv-block-size", f->kv_block_size, "tokens per KV block (and per cached prefix block)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--prompt-cache", f->prompt_cache_gb,
                  "GB of finished sequences' KV kept for requests that share their prefix; 0 disables")
       ->check(CLI::NonNegativeNumber)

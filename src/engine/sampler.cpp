@@ -115,6 +115,12 @@ int32_t Sampler::draw(const float* logits, int64_t vocab) {
   return cpu::sample_row(logits, vocab, row, std::uniform_real_distribution<double>(0.0, 1.0)(rng_), candidates_);
 }
 
+SampleRow Sampler::device_row() {
+  SampleRow row{params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f};
+  if (row.temperature > 0.0f) row.uniform = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
+  return row;
+}
+
 // log-softmax in double; the top alternatives by one pass keeping a sorted
 // list of at most top_logprobs entries (ties: the lower id first).
 void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampledToken& token) {

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace kettle {
 
 struct SamplingParams {
@@ -71,6 +73,12 @@ class Sampler {
   void accept(int32_t token);
 
   SampledToken sample(const float* logits, int64_t vocab);
+
+  // True when a token needs nothing but the logits (no penalties, bias or logprobs), so
+  // a backend may draw it where the logits live: device_row() gives this step's draw
+  // (its uniform taken from the request's generator exactly as sample() would).
+  bool on_device() const { return !adjusts_logits() && !params_.logprobs; }
+  SampleRow device_row();
 
   // The logits after penalties and bias: `logits` itself when none apply, else
   // an internal buffer valid until the next call.

@@ -1,81 +1,141 @@
+// The token-block tree: a path from the root spells a prefix block by block;
+// nodes hold pool references, leaves are kept ordered by last use for eviction.
 #include "kv/prefix_cache.h"
 
 #include <algorithm>
 
 namespace kettle {
-namespace {
 
-int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const auto n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return static_cast<int64_t>(i);
+PrefixCache::PrefixCache(KvPool& pool, size_t capacity_bytes) : pool_(pool), capacity_(capacity_bytes) {}
+
+PrefixCache::~PrefixCache() { clear(); }
+
+size_t PrefixCache::bytes_of(const Node& node) const {
+  size_t bytes = 0;
+  for (int kind = 0; kind < KvPool::kKinds; ++kind)
+    if (node.block[static_cast<size_t>(kind)] > 0) bytes += pool_.bytes_per_block(kind);
+  return bytes;
 }
 
-}  // namespace
-
-PrefixCache::PrefixCache(size_t capacity_bytes, int64_t block_size)
-    : capacity_(capacity_bytes), block_size_(std::max<int64_t>(1, block_size)) {}
-
-size_t PrefixCache::bytes_of(const KvCache& kv) {
-  return static_cast<size_t>(kv.capacity()) * KvCache::bytes_per_position(kv.n_layers(), kv.kv_size());
+void PrefixCache::set_leaf(Node& node, bool leaf) {
+  if (leaf)
+    leaves_.insert({node.used, &node});
+  else
+    leaves_.erase({node.used, &node});
 }
 
-std::optional<PrefixCache::Lease> PrefixCache::take(const std::vector<int32_t>& prompt) {
+void PrefixCache::touch(Node& node) {
+  const bool leaf = node.children.empty() && &node != &root_;
+  if (leaf) set_leaf(node, false);
+  node.used = ++clock_;
+  if (leaf) set_leaf(node, true);
+}
+
+// A continuation at position P = blocks × block_size reads window layers' keys from
+// P - window + 1: those blocks must still be held.
+bool PrefixCache::usable_window(const std::vector<Node*>& path, size_t blocks) const {
+  if (!pool_.has_kind(KvPool::kWindow)) return true;
+  const int64_t bs = pool_.block_size();
+  const int64_t p = static_cast<int64_t>(blocks) * bs;
+  const auto first = static_cast<size_t>(std::max<int64_t>(0, p - pool_.window() + 1) / bs);
+  for (size_t b = first; b < blocks; ++b)
+    if (path[b]->block[KvPool::kWindow] == 0) return false;
+  return true;
+}
+
+PrefixCache::Match PrefixCache::match(std::span<const int32_t> prompt) {
   ++lookups_;
-  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;  // one prompt token always runs
-  auto best = entries_.end();
-  int64_t best_len = 0;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    int64_t n = std::min(common_prefix(it->tokens, prompt), limit);
-    n -= n % block_size_;
-    if (n > best_len) {
-      best_len = n;
-      best = it;
-    }
+  const auto bs = static_cast<size_t>(pool_.block_size());
+  std::vector<Node*> path;
+  Node* node = &root_;
+  std::vector<int32_t> key(bs);
+  // One prompt token always runs, so at most (size - 1) / bs whole blocks.
+  while (prompt.size() > 0 && (path.size() + 1) * bs <= prompt.size() - 1) {
+    std::copy_n(prompt.begin() + static_cast<std::ptrdiff_t>(path.size() * bs), bs, key.begin());
+    auto it = node->children.find(key);
+    if (it == node->children.end()) break;
+    node = it->second.get();
+    path.push_back(node);
   }
-  if (best == entries_.end()) return std::nullopt;
+  size_t blocks = path.size();
+  while (blocks > 0 && !usable_window(path, blocks)) --blocks;
+  Match m;
+  if (blocks == 0) return m;
+  for (size_t b = 0; b < blocks; ++b) {
+    touch(*path[b]);
+    for (int kind = 0; kind < KvPool::kKinds; ++kind)
+      if (pool_.has_kind(kind)) m.blocks[static_cast<size_t>(kind)].push_back(path[b]->block[static_cast<size_t>(kind)]);
+  }
+  m.tokens = static_cast<int64_t>(blocks * bs);
   ++hits_;
-  cached_tokens_ += best_len;
-  bytes_ -= bytes_of(best->kv);
-  Lease lease{std::move(best->kv), best_len};
-  entries_.erase(best);
-  lease.kv.set_length(best_len);
-  return lease;
+  cached_tokens_ += m.tokens;
+  return m;
 }
 
-void PrefixCache::put(std::vector<int32_t> tokens, KvCache kv) {
-  if (capacity_ == 0 || tokens.size() < static_cast<size_t>(block_size_)) return;
-  if (bytes_of(kv) > capacity_) return;
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (it->tokens.size() <= tokens.size() && std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin())) {
-      bytes_ -= bytes_of(it->kv);
-      it = entries_.erase(it);
+void PrefixCache::insert(std::span<const int32_t> tokens, const KvCache& kv) {
+  if (capacity_ == 0) return;
+  const auto bs = static_cast<size_t>(pool_.block_size());
+  const size_t blocks = std::min(tokens.size(), static_cast<size_t>(kv.length())) / bs;
+  Node* node = &root_;
+  for (size_t b = 0; b < blocks; ++b) {
+    std::vector<int32_t> key(tokens.begin() + static_cast<std::ptrdiff_t>(b * bs),
+                             tokens.begin() + static_cast<std::ptrdiff_t>((b + 1) * bs));
+    auto it = node->children.find(key);
+    Node* child = nullptr;
+    if (it == node->children.end()) {
+      if (node != &root_ && node->children.empty()) set_leaf(*node, false);
+      auto created = std::make_unique<Node>();
+      created->parent = node;
+      created->tokens = key;
+      child = created.get();
+      node->children.emplace(std::move(key), std::move(created));
+      child->used = ++clock_;
+      set_leaf(*child, true);
+      ++nodes_;
     } else {
-      ++it;
+      child = it->second.get();
+      touch(*child);
     }
+    for (int kind = 0; kind < KvPool::kKinds; ++kind) {  // fill what the node lacks (a window block let go)
+      const std::vector<int32_t>& table = kv.table(kind);
+      int32_t& held = child->block[static_cast<size_t>(kind)];
+      if (held != 0 || b >= table.size() || table[b] == 0) continue;
+      held = table[b];
+      pool_.retain(kind, held);
+      bytes_ += pool_.bytes_per_block(kind);
+    }
+    node = child;
   }
-  bytes_ += bytes_of(kv);
-  entries_.push_front({std::move(tokens), std::move(kv)});
-  evict_to(capacity_);
+  while (bytes_ > capacity_ && evict_one()) {
+  }
 }
 
-void PrefixCache::evict_to(size_t capacity) {
-  while (bytes_ > capacity && !entries_.empty()) {
-    bytes_ -= bytes_of(entries_.back().kv);
-    entries_.pop_back();
-  }
+void PrefixCache::drop(Node& node) {
+  set_leaf(node, false);
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) pool_.release(kind, node.block[static_cast<size_t>(kind)]);
+  bytes_ -= bytes_of(node);
+  --nodes_;
+  Node* parent = node.parent;
+  const std::vector<int32_t> key = node.tokens;
+  parent->children.erase(key);  // destroys node
+  if (parent != &root_ && parent->children.empty()) set_leaf(*parent, true);
+}
+
+bool PrefixCache::evict_one() {
+  if (leaves_.empty()) return false;
+  drop(*leaves_.begin()->second);
+  return true;
 }
 
 int64_t PrefixCache::clear() {
-  const auto n = static_cast<int64_t>(entries_.size());
-  entries_.clear();
-  bytes_ = 0;
+  const int64_t n = nodes_;
+  while (evict_one()) {
+  }
   return n;
 }
 
 PrefixCacheStats PrefixCache::stats() const {
-  return {lookups_, hits_, cached_tokens_, static_cast<int64_t>(entries_.size()), bytes_, capacity_};
+  return {lookups_, hits_, cached_tokens_, nodes_, bytes_, capacity_};
 }
 
 }  // namespace kettle

@@ -1,23 +1,26 @@
-// PrefixCache: the KV of finished sequences, kept so a later request whose
-// prompt starts with the same tokens (the next turn of a chat, a shared system
-// prompt, an agent's fan-out) prefills only what is new. Matching is by whole
-// blocks of `block_size` tokens, always leaving at least one prompt token to
-// run (its logits start the generation). Least recently used entries are
-// evicted past the byte cap.
-//
-// The serial engine lends an entry's KvCache to one request at a time and
-// takes the grown cache back when the request ends, so reuse costs no copy.
-// (A block-level tree shared by concurrent sequences comes with the paged
-// block pool of issue 7.)
+// PrefixCache: a tree of token blocks over the paged KV pool. Each node is one
+// block of `block_size` prompt/output tokens and holds a reference on the KV
+// blocks computed for it (one per pool kind), so any later request whose
+// prompt starts with the same blocks (the next turn of a chat, a shared system
+// prompt, an agent's fan-out — also while the first request is still
+// running) adopts them instead of prefilling. Matching always leaves at least
+// one prompt token to run (its logits start the generation). Least recently
+// used leaves are evicted past the byte cap, and whenever the pool runs out of
+// free blocks (the pool's reclaimer).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <list>
-#include <optional>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "model/kv_cache.h"
+#include "model/kv_pool.h"
 
 namespace kettle {
 
@@ -25,46 +28,58 @@ struct PrefixCacheStats {
   int64_t lookups = 0;
   int64_t hits = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the cache, summed
-  int64_t entries = 0;
+  int64_t entries = 0;        // blocks (tree nodes) held
   size_t bytes = 0;
   size_t capacity_bytes = 0;
 };
 
 class PrefixCache {
  public:
-  // capacity_bytes 0: nothing is kept.
-  PrefixCache(size_t capacity_bytes, int64_t block_size);
+  // capacity_bytes 0: nothing is kept. The pool must outlive the cache.
+  PrefixCache(KvPool& pool, size_t capacity_bytes);
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
 
-  struct Lease {
-    KvCache kv;             // holds the first `cached_tokens` of the prompt (kv.length())
-    int64_t cached_tokens;  // a multiple of block_size, < prompt.size()
+  struct Match {
+    std::array<std::vector<int32_t>, KvPool::kKinds> blocks;  // per kind, in position order
+    int64_t tokens = 0;  // a multiple of the block size, < prompt.size(); 0: no hit
   };
-  // The entry sharing the longest block-aligned prefix with `prompt`, taken out of the cache
-  // and truncated to that prefix; nullopt when none shares a whole block.
-  std::optional<Lease> take(const std::vector<int32_t>& prompt);
+  // The longest cached block-aligned prefix of `prompt` whose blocks a continuation can
+  // use (sliding-window layers: the window before it still held). Counts a lookup.
+  Match match(std::span<const int32_t> prompt);
 
-  // Keeps `kv`, whose rows hold the KV of `tokens` (tokens.size() == kv.length()). Entries
-  // whose tokens are a prefix of these are dropped (this one covers them).
-  void put(std::vector<int32_t> tokens, KvCache kv);
+  // Records the whole blocks of `tokens`, whose KV `kv` holds (tokens.size() <= kv.length()).
+  void insert(std::span<const int32_t> tokens, const KvCache& kv);
 
-  // Drops every entry (the counters stay); returns how many there were.
+  // Evicts the least recently used leaf; false when there is none.
+  bool evict_one();
+  // Drops every node (the counters stay); returns how many there were.
   int64_t clear();
 
   PrefixCacheStats stats() const;
-  int64_t block_size() const { return block_size_; }
 
  private:
-  struct Entry {
-    std::vector<int32_t> tokens;
-    KvCache kv;
+  struct Node {
+    Node* parent = nullptr;
+    std::vector<int32_t> tokens;                     // this block's tokens
+    std::array<int32_t, KvPool::kKinds> block{};     // 0: none held
+    std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
+    uint64_t used = 0;                               // LRU clock
   };
-  static size_t bytes_of(const KvCache& kv);
-  void evict_to(size_t capacity);
+  size_t bytes_of(const Node& node) const;
+  void touch(Node& node);
+  void set_leaf(Node& node, bool leaf);
+  bool usable_window(const std::vector<Node*>& path, size_t blocks) const;
+  void drop(Node& node);  // a leaf: releases its blocks and removes it
 
+  KvPool& pool_;
   size_t capacity_;
-  int64_t block_size_;
-  std::list<Entry> entries_;  // most recently used first
+  Node root_;
+  std::set<std::pair<uint64_t, Node*>> leaves_;  // by last use
+  uint64_t clock_ = 0;
   size_t bytes_ = 0;
+  int64_t nodes_ = 0;
   int64_t lookups_ = 0, hits_ = 0, cached_tokens_ = 0;
 };
 

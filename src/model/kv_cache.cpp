@@ -1,21 +1,70 @@
-// KvCache growth: capacity doubles, old rows are copied once.
+// KvCache's block table upkeep: blocks are taken from the pool as positions
+// are reserved and given back when the cache is cleared or a window slides past.
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace kettle {
 
-void KvCache::reserve(int64_t tokens) {
-  if (tokens <= capacity_) return;
-  int64_t capacity = std::max<int64_t>({tokens, capacity_ * 2, 256});
-  for (auto* buffers : {&k_, &v_}) {
-    for (auto& buffer : *buffers) {
-      BackendArray<float> grown(*backend_, static_cast<size_t>(capacity * kv_size_));
-      if (length_ > 0) backend_->copy(grown.data(), buffer.data(), static_cast<size_t>(length_ * kv_size_) * sizeof(float));
-      buffer = std::move(grown);
-    }
+KvCache::KvCache(KvCache&& other) noexcept
+    : pool_(other.pool_), length_(std::exchange(other.length_, 0)), tables_(std::move(other.tables_)) {
+  for (auto& t : other.tables_) t.clear();
+}
+
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+  if (this != &other) {
+    clear();
+    pool_ = other.pool_;
+    length_ = std::exchange(other.length_, 0);
+    tables_ = std::move(other.tables_);
+    for (auto& t : other.tables_) t.clear();
   }
-  capacity_ = capacity;
+  return *this;
+}
+
+void KvCache::clear() {
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    for (int32_t block : tables_[static_cast<size_t>(kind)]) pool_->release(kind, block);
+    tables_[static_cast<size_t>(kind)].clear();
+  }
+  length_ = 0;
+}
+
+void KvCache::reserve(int64_t tokens) {
+  const int64_t bs = pool_->block_size();
+  const int64_t blocks = (tokens + bs - 1) / bs;
+  // A window layer's query at position p sees keys from p - window + 1: blocks wholly
+  // before length() - window + 1 are never read again.
+  const int64_t first_seen = std::max<int64_t>(0, length_ - pool_->window() + 1) / bs;
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    if (!pool_->has_kind(kind)) continue;
+    std::vector<int32_t>& table = tables_[static_cast<size_t>(kind)];
+    const int64_t from = kind == KvPool::kWindow ? first_seen : 0;
+    if (static_cast<int64_t>(table.size()) < blocks) table.resize(static_cast<size_t>(blocks), 0);
+    for (int64_t b = from; b < blocks; ++b)
+      if (table[static_cast<size_t>(b)] == 0) table[static_cast<size_t>(b)] = pool_->allocate(kind);
+  }
+}
+
+void KvCache::set_length(int64_t length) {
+  length_ = length;
+  if (!pool_->has_kind(KvPool::kWindow)) return;
+  std::vector<int32_t>& table = tables_[KvPool::kWindow];
+  const int64_t unseen = std::max<int64_t>(0, length - pool_->window() + 1) / pool_->block_size();
+  for (int64_t b = 0; b < std::min<int64_t>(unseen, static_cast<int64_t>(table.size())); ++b) {
+    pool_->release(KvPool::kWindow, table[static_cast<size_t>(b)]);
+    table[static_cast<size_t>(b)] = 0;
+  }
+}
+
+void KvCache::adopt(const std::array<std::vector<int32_t>, KvPool::kKinds>& blocks, int64_t tokens) {
+  clear();
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    tables_[static_cast<size_t>(kind)] = blocks[static_cast<size_t>(kind)];
+    for (int32_t block : blocks[static_cast<size_t>(kind)]) pool_->retain(kind, block);
+  }
+  length_ = tokens;
 }
 
 }  // namespace kettle

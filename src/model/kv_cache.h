@@ -1,45 +1,50 @@
-// KvCache: one sequence's keys and values, contiguous per layer, in the
-// backend's memory (f32). The server batches many of them (one per running
-// sequence) and keeps finished ones in the prefix cache (src/kv/); a paged
-// block pool shared by sequences is still to come (issue 7).
+// KvCache: one sequence's keys and values — a block table per kind into the
+// model's KvPool (model/kv_pool.h). It holds one reference on each of its
+// blocks; a block lent by the prefix cache is shared, never written again
+// (sequences only append, and lent prefixes end on a block boundary).
+// Sliding-window layers keep only the blocks a later query can still see.
 #pragma once
 
-#include <cstddef>
+#include <array>
 #include <cstdint>
 #include <vector>
 
-#include "backend/backend_array.h"
+#include "model/kv_pool.h"
 
 namespace kettle {
 
 class KvCache {
  public:
-  KvCache(Backend& backend, int64_t n_layers, int64_t kv_size)
-      : backend_(&backend), kv_size_(kv_size), k_(static_cast<size_t>(n_layers)), v_(static_cast<size_t>(n_layers)) {}
+  explicit KvCache(KvPool& pool) : pool_(&pool) {}
+  KvCache(KvCache&& other) noexcept;
+  KvCache& operator=(KvCache&& other) noexcept;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  ~KvCache() { clear(); }
 
+  KvPool& pool() const { return *pool_; }
   int64_t length() const { return length_; }
-  int64_t capacity() const { return capacity_; }
-  int64_t kv_size() const { return kv_size_; }
-  int64_t n_layers() const { return static_cast<int64_t>(k_.size()); }
-  // Bytes one position takes across every layer (f32 keys and values).
-  static size_t bytes_per_position(int64_t n_layers, int64_t kv_size) {
-    return static_cast<size_t>(n_layers) * static_cast<size_t>(kv_size) * sizeof(float) * 2;
-  }
-  void set_length(int64_t length) { length_ = length; }
+  // Sets the positions held; sliding-window blocks no later query can see go back to the pool.
+  void set_length(int64_t length);
 
-  // Makes room for `tokens` positions, keeping what is there. Buffers move only when
-  // the capacity grows (it doubles), so a recorded decode step stays valid between.
+  // Blocks for positions [0, tokens) (of a window kind: those a query at or after length()
+  // can see). Throws kettle::Error (kResourceExhausted) when the pool has none left.
   void reserve(int64_t tokens);
 
-  float* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }    // [capacity, kv_size]
-  float* values(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }  // [capacity, kv_size]
+  // Block ids of `kind` in position order; 0 where none is held.
+  const std::vector<int32_t>& table(int kind) const { return tables_[static_cast<size_t>(kind)]; }
+
+  // Starts the cache as the prefix `blocks` (per kind, in position order, 0 for a
+  // released window block) of `tokens` positions, taking a reference on each.
+  void adopt(const std::array<std::vector<int32_t>, KvPool::kKinds>& blocks, int64_t tokens);
+
+  // Gives every block back; the cache is empty.
+  void clear();
 
  private:
-  Backend* backend_;
-  int64_t kv_size_;
+  KvPool* pool_;
   int64_t length_ = 0;
-  int64_t capacity_ = 0;
-  std::vector<BackendArray<float>> k_, v_;
+  std::array<std::vector<int32_t>, KvPool::kKinds> tables_;
 };
 
 }  // namespace kettle

@@ -48,8 +48,11 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
 
 }  // namespace
 
-Transformer::Transformer(const Model& model, Backend& backend)
-    : model_(model), backend_(backend), weights_(resident_weights(backend, model.spec, model.weights)) {
+Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options kv)
+    : model_(model),
+      backend_(backend),
+      weights_(resident_weights(backend, model.spec, model.weights)),
+      kv_pool_(backend, model.spec, kv) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,
                                         model.spec.rope_freq_dtype));
@@ -101,104 +104,161 @@ void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
   }
 }
 
-// Same key ⇒ same op sequence on the same buffers: the step's shape, the cache's buffers
-// and the scratch generation.
-uint64_t Transformer::step_key(const KvCache& kv) const {
+void Transformer::ensure_tables(int64_t n_segments, int64_t stride) {
+  const int64_t count = n_segments * stride;
+  for (auto& host : host_tables_)
+    if (static_cast<int64_t>(host.size()) < count) host.resize(static_cast<size_t>(count));
+  if (backend_.host_memory() || count <= table_capacity_) return;
+  for (auto& device : tables_) device = BackendArray<int32_t>(backend_, static_cast<size_t>(count));
+  table_capacity_ = count;
+  ++scratch_epoch_;
+}
+
+// Same key ⇒ same op sequence on the same buffers: the step's shape, the pool's buffers
+// and the scratch generation (block tables and positions are read from memory).
+uint64_t Transformer::step_key() const {
   uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  mix(static_cast<uint64_t>(step_.n));
-  mix(static_cast<uint64_t>(step_.rows));
+  for (int64_t v : {step_.n, step_.rows, step_.table_stride, step_.max_kv}) mix(static_cast<uint64_t>(v));
   mix(step_.next_id != nullptr ? 1 : 0);
-  mix(static_cast<uint64_t>(kv.capacity()));
+  mix(kv_pool_.epoch());
   mix(scratch_epoch_);
-  auto& cache = const_cast<KvCache&>(kv);
-  for (int64_t layer = 0; layer < model_.spec.n_layers; ++layer) {
-    mix(reinterpret_cast<uintptr_t>(cache.keys(layer)));
-    mix(reinterpret_cast<uintptr_t>(cache.values(layer)));
-  }
   return h;
 }
 
+// Decode steps are recorded per bucket of batch size and of table width, so a handful
+// of recordings serve every batch; the padding rows decode token 0 at position 0 into
+// block 0, which no sequence reads.
+namespace {
+int64_t bucket(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+}  // namespace
+
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
-  execute(tokens, n, kv, rows, logits, false);
+  execute({{tokens, n, &kv}}, which == LogitsFor::kAllTokens ? Rows::kAll : Rows::kLast, logits, false);
   if (!backend_.host_memory())
     backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
 }
 
 int32_t Transformer::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
-  execute(tokens, n, kv, 1, nullptr, true);
+  execute({{tokens, n, &kv}}, Rows::kLast, nullptr, true);
   int32_t id = 0;
   backend_.to_host(&id, next_id_.data(), sizeof id);
   return id;
 }
 
-void Transformer::execute(const int32_t* tokens, int64_t n, KvCache& kv, int64_t rows, float* host_logits,
-                          bool greedy) {
-  const bool host = backend_.host_memory();
-  // The host backend writes forward()'s logits straight into the caller's buffer.
-  const bool own_logits = !host || greedy;
-  ensure_scratch(n, own_logits ? rows : 0);
-  kv.reserve(kv.length() + n);
-  const int64_t start = kv.length();
-  update_ropes(start + n);
-  for (int64_t t = 0; t < n; ++t) host_positions_[static_cast<size_t>(t)] = static_cast<int32_t>(start + t);
-
-  step_.n = n;
-  step_.rows = rows;
-  step_.segments.assign(1, Segment{&kv, 0, n});
-  step_.last_per_segment = false;
-  step_.logits = own_logits ? logits_.data() : host_logits;
-  step_.next_id = greedy ? next_id_.data() : nullptr;
-  upload_step_inputs(tokens, n);
-  if (n == 1 && recordable_)
-    backend_.run_step(step_key(kv), [this] { run_step(); });
-  else
-    run_step();
-  kv.set_length(start + n);
+void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
+  execute(entries, Rows::kLastPerEntry, logits, false);
+  if (!backend_.host_memory())
+    backend_.to_host(logits, logits_.data(),
+                     static_cast<size_t>(static_cast<int64_t>(entries.size()) * model_.spec.vocab_size) * sizeof(float));
 }
 
-void Transformer::upload_step_inputs(const int32_t* host_ids, int64_t n) {
-  step_.ids = host_ids;
-  step_.positions = host_positions_.data();
-  if (backend_.host_memory()) return;
-  backend_.to_device(ids_.data(), host_ids, static_cast<size_t>(n) * sizeof(int32_t));
+void Transformer::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) {
+  execute(entries, Rows::kLastPerEntry, nullptr, false);
+  const auto rows = static_cast<int64_t>(entries.size());
+  if (backend_.host_memory()) {
+    backend_.sample(logits_.data(), rows, model_.spec.vocab_size, params, ids);
+    return;
+  }
+  if (static_cast<int64_t>(sampled_.size()) < rows) {
+    sample_rows_ = BackendArray<SampleRow>(backend_, static_cast<size_t>(bucket(rows)));
+    sampled_ = BackendArray<int32_t>(backend_, static_cast<size_t>(bucket(rows)));
+  }
+  backend_.to_device(sample_rows_.data(), params, static_cast<size_t>(rows) * sizeof(SampleRow));
+  backend_.sample(logits_.data(), rows, model_.spec.vocab_size, sample_rows_.data(), sampled_.data());
+  backend_.to_host(ids, sampled_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
+}
+
+void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for, float* host_logits, bool greedy) {
+  const bool host = backend_.host_memory();
+  int64_t n = 0, longest = 0;
+  bool decode_only = recordable_;
+  for (const BatchEntry& e : entries) {
+    e.kv->reserve(e.kv->length() + e.n);
+    n += e.n;
+    longest = std::max(longest, e.kv->length() + e.n);
+    decode_only = decode_only && e.n == 1;
+  }
+  const auto n_entries = static_cast<int64_t>(entries.size());
+  const bool record = decode_only && !host;
+  const int64_t n_segments = record ? bucket(n_entries) : n_entries;
+  if (record) n = n_segments;
+  const int64_t rows = rows_for == Rows::kAll ? n : rows_for == Rows::kLast ? 1 : n_segments;
+  // The host backend writes logits straight into the caller's buffer unless it needs them itself.
+  const bool own_logits = !host || greedy || host_logits == nullptr;
+  ensure_scratch(n, own_logits ? rows : 0);
+  update_ropes(longest);
+
+  const int64_t bs = kv_pool_.block_size();
+  int64_t blocks = 1;
+  for (const BatchEntry& e : entries) blocks = std::max(blocks, (e.kv->length() + e.n + bs - 1) / bs);
+  const int64_t stride = record ? bucket(blocks) : blocks;
+  ensure_tables(n_segments, stride);
+  if (static_cast<int64_t>(host_ids_.size()) < n) host_ids_.resize(static_cast<size_t>(n));
+
+  step_.segments.clear();
+  step_.table_stride = stride;
+  step_.max_kv = stride * bs;
+  int64_t offset = 0;
+  for (int64_t i = 0; i < n_segments; ++i) {
+    const bool padding = i >= n_entries;
+    const int64_t len = padding ? 0 : entries[static_cast<size_t>(i)].kv->length();
+    const int64_t count = padding ? 1 : entries[static_cast<size_t>(i)].n;
+    for (int64_t t = 0; t < count; ++t) {
+      host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(len + t);
+      host_ids_[static_cast<size_t>(offset + t)] = padding ? 0 : entries[static_cast<size_t>(i)].tokens[t];
+    }
+    for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+      int32_t* row = host_tables_[kind].data() + i * stride;
+      std::fill(row, row + stride, 0);
+      if (padding) continue;
+      const std::vector<int32_t>& table = entries[static_cast<size_t>(i)].kv->table(kind);
+      std::copy(table.begin(), table.end(), row);
+    }
+    step_.segments.push_back({offset, count, i});
+    offset += count;
+  }
+  step_.n = n;
+  step_.rows = rows;
+  step_.last_per_segment = rows_for == Rows::kLastPerEntry;
+  step_.logits = own_logits ? logits_.data() : host_logits;
+  step_.next_id = greedy ? next_id_.data() : nullptr;
+  upload_step_inputs(n, n_segments);
+  if (record)
+    backend_.run_step(step_key(), [this] { run_step(); });
+  else
+    run_step();
+  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+}
+
+void Transformer::upload_step_inputs(int64_t n, int64_t n_segments) {
+  const size_t table_bytes = static_cast<size_t>(n_segments * step_.table_stride) * sizeof(int32_t);
+  if (backend_.host_memory()) {
+    step_.ids = host_ids_.data();
+    step_.positions = host_positions_.data();
+    for (int kind = 0; kind < KvPool::kKinds; ++kind) step_.tables[kind] = host_tables_[kind].data();
+    return;
+  }
+  backend_.to_device(ids_.data(), host_ids_.data(), static_cast<size_t>(n) * sizeof(int32_t));
   backend_.to_device(positions_.data(), host_positions_.data(), static_cast<size_t>(n) * sizeof(int32_t));
   step_.ids = ids_.data();
   step_.positions = positions_.data();
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    if (kv_pool_.has_kind(kind)) backend_.to_device(tables_[kind].data(), host_tables_[kind].data(), table_bytes);
+    step_.tables[kind] = tables_[kind].data();
+  }
 }
 
-void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
-  const bool host = backend_.host_memory();
-  int64_t n = 0, longest = 0;
-  for (const BatchEntry& e : entries) {
-    n += e.n;
-    longest = std::max(longest, e.kv->length() + e.n);
-  }
-  const auto rows = static_cast<int64_t>(entries.size());
-  ensure_scratch(n, host ? 0 : rows);
-  update_ropes(longest);
-  if (static_cast<int64_t>(host_ids_.size()) < n) host_ids_.resize(static_cast<size_t>(n));
-  step_.segments.clear();
-  int64_t offset = 0;
-  for (const BatchEntry& e : entries) {
-    e.kv->reserve(e.kv->length() + e.n);
-    for (int64_t t = 0; t < e.n; ++t) {
-      host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(e.kv->length() + t);
-      host_ids_[static_cast<size_t>(offset + t)] = e.tokens[t];
-    }
-    step_.segments.push_back({e.kv, offset, e.n});
-    offset += e.n;
-  }
-  step_.n = n;
-  step_.rows = rows;
-  step_.last_per_segment = true;
-  step_.logits = host ? logits : logits_.data();
-  step_.next_id = nullptr;
-  upload_step_inputs(host_ids_.data(), n);
-  run_step();
-  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
-  if (!host) backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
+KvPages Transformer::pages(int64_t layer, int64_t segment, int64_t stride) const {
+  auto& pool = const_cast<KvPool&>(kv_pool_);
+  const int kind = pool.kind_of(layer);
+  return KvPages{pool.keys(layer), pool.values(layer), pool.kv_size(), pool.block_size(),
+                 step_.tables[kind] + segment * step_.table_stride, stride};
 }
 
 void Transformer::run_step() {
@@ -222,7 +282,7 @@ void Transformer::run_step() {
   }
   backend_.norm_matmul_many(last_rows, step_.rows, norm_of(w.final_norm), &head, 1);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
-  if (step_.next_id != nullptr) backend_.argmax(step_.logits + (step_.rows - 1) * s.vocab_size, 1, s.vocab_size, step_.next_id);
+  if (step_.next_id != nullptr) backend_.argmax(step_.logits, 1, s.vocab_size, step_.next_id);
 }
 
 InputNorm Transformer::norm_of(const Tensor& weight) const {
@@ -265,13 +325,19 @@ void Transformer::attention_block(int64_t layer) {
   QkvLayout layout{s.n_heads,       s.n_kv_heads,    s.head_dim, optional(w.q_norm), optional(w.k_norm),
                    s.rms_norm_eps, s.norm_add_one};
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
-  for (const Segment& seg : step_.segments) {  // each sequence over its own cache
-    KvCache& kv = *seg.kv;
-    const int32_t* positions = step_.positions + seg.offset;
-    backend_.qkv_rope_store(qkv_.data() + seg.offset * width, seg.n, width, layout, positions, rope,
-                            q_.data() + seg.offset * qs, kv.keys(layer), kv.values(layer));
-    backend_.attention(q_.data() + seg.offset * qs, seg.n, qs, kv.keys(layer), kv.values(layer), kvs, positions,
-                       kv.capacity(), params, attn_.data() + seg.offset * qs, qs);
+  // Runs of one-token sequences (decodes) share one call, each token through its own
+  // table; a prompt chunk gets a call of its own over its one table.
+  const auto& segs = step_.segments;
+  for (size_t i = 0; i < segs.size();) {
+    size_t j = i + 1;
+    if (segs[i].n == 1)
+      while (j < segs.size() && segs[j].n == 1) ++j;
+    const int64_t offset = segs[i].offset, count = segs[j - 1].offset + segs[j - 1].n - offset;
+    const KvPages kv = pages(layer, segs[i].index, segs[i].n == 1 ? step_.table_stride : 0);
+    const int32_t* positions = step_.positions + offset;
+    backend_.qkv_rope_store(qkv_.data() + offset * width, count, width, layout, positions, rope, q_.data() + offset * qs, kv);
+    backend_.attention(q_.data() + offset * qs, count, qs, kv, positions, step_.max_kv, params, attn_.data() + offset * qs, qs);
+    i = j;
   }
   add_block_output(attn_.data(), qs, w.o, optional(w.o_bias), w.attn_post_norm);
 }

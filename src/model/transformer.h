@@ -1,7 +1,9 @@
 // Transformer: the one generic decoder forward every family runs, reading
 // its differences from ModelSpec and its tensors from ModelWeights. Its
-// scratch and KV cache live in the backend's memory; a single-token step is
-// handed to Backend::run_step so a GPU backend can record it once and replay it.
+// scratch and its KV pool (every sequence's paged cache) live in the backend's
+// memory. A step in which every sequence decodes one token is handed to
+// Backend::run_step so a GPU backend records it once per batch-size bucket and
+// replays it; on a device the batch is padded up to its bucket for that.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/backend_array.h"
 #include "model/kv_cache.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/rope_config.h"
 #include "tensor/host_buffer.h"
@@ -27,11 +30,12 @@ struct BatchEntry {
 
 class Transformer {
  public:
-  Transformer(const Model& model, Backend& backend);
+  Transformer(const Model& model, Backend& backend, KvPool::Options kv = {});
 
   const ModelSpec& spec() const { return model_.spec; }
   Backend& backend() { return backend_; }
-  KvCache new_cache() const { return KvCache(backend_, model_.spec.n_layers, model_.spec.kv_size()); }
+  KvPool& kv_pool() { return kv_pool_; }
+  KvCache new_cache() { return KvCache(kv_pool_); }
 
   // Runs tokens[0, n) (host memory) at positions [kv.length(), kv.length() + n), appends
   // their keys and values to kv, and writes logits (host memory): [1, vocab] for the last
@@ -47,34 +51,44 @@ class Transformer {
   // logits of each entry's last token (host memory): [entries.size(), vocab].
   void forward_batch(const std::vector<BatchEntry>& entries, float* logits);
 
+  // As forward_batch, then each entry's next token drawn where the logits live as
+  // params[i] (host memory) says: only the ids cross to the host.
+  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids);
+
  private:
   // What one step reads; a member so the recorded lambda captures only `this`.
-  // A sequence's rows [offset, offset + n) of the step, and its cache.
+  // A sequence's rows [offset, offset + n) of the step; its block tables are row `index`
+  // of the step's tables.
   struct Segment {
-    KvCache* kv = nullptr;
-    int64_t offset = 0, n = 0;
+    int64_t offset = 0, n = 0, index = 0;
   };
   struct Step {
     const int32_t* ids = nullptr;        // [n] backend memory
     const int32_t* positions = nullptr;  // [n] backend memory
+    const int32_t* tables[KvPool::kKinds] = {};  // [segments, table_stride] backend memory
+    int64_t table_stride = 0, max_kv = 0;
     int64_t n = 0, rows = 0;             // tokens, logits rows
-    std::vector<Segment> segments;       // one per sequence (forward: one)
+    std::vector<Segment> segments;       // one per sequence (padding rows included)
     bool last_per_segment = false;       // logits rows: each segment's last token (else the step's last rows)
     float* logits = nullptr;             // [rows, vocab] backend memory
     int32_t* next_id = nullptr;          // [1] backend memory, or nullptr: no argmax
   };
-  // Points the step at its ids and positions (uploaded on a device backend).
-  void upload_step_inputs(const int32_t* host_ids, int64_t n);
-  // Uploads the step's values and runs it (recorded when it is one token).
-  void execute(const int32_t* tokens, int64_t n, KvCache& kv, int64_t rows, float* host_logits, bool greedy);
+  enum class Rows { kLast, kAll, kLastPerEntry };
+  // Builds the step for `entries` (reserving their blocks), uploads its inputs and runs
+  // it — recorded when every entry decodes one token; their lengths advance.
+  void execute(const std::vector<BatchEntry>& entries, Rows rows, float* host_logits, bool greedy);
+  void fill_tables(const std::vector<BatchEntry>& entries, int64_t n_segments);
+  void upload_step_inputs(int64_t n, int64_t n_segments);
   void run_step();
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
   InputNorm norm_of(const Tensor& weight) const;
   void add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias, const Tensor& post_norm);
   void ensure_scratch(int64_t n, int64_t logits_rows);
+  void ensure_tables(int64_t n_segments, int64_t stride);
   void update_ropes(int64_t seq_len);
-  uint64_t step_key(const KvCache& kv) const;
+  uint64_t step_key() const;
+  KvPages pages(int64_t layer, int64_t segment, int64_t stride) const;
 
   const Model& model_;
   Backend& backend_;
@@ -85,7 +99,12 @@ class Transformer {
   bool recordable_ = true;         // false when a RoPE table changes with the length
   Step step_;
   HostBuffer<int32_t> host_positions_;
-  HostBuffer<int32_t> host_ids_;     // forward_batch: the entries' tokens, concatenated
+  HostBuffer<int32_t> host_ids_;     // the entries' tokens, concatenated
+  HostBuffer<int32_t> host_tables_[KvPool::kKinds];
+  BackendArray<int32_t> tables_[KvPool::kKinds];  // device backends only
+  int64_t table_capacity_ = 0;     // ints in each tables_ buffer
+  BackendArray<SampleRow> sample_rows_;
+  BackendArray<int32_t> sampled_;
   int64_t scratch_tokens_ = 0, logits_rows_ = 0;
   uint64_t scratch_epoch_ = 0;     // bumped whenever scratch moves (recorded steps go stale)
   BackendArray<int32_t> ids_;        // [n] (device backends only)
@@ -99,6 +118,7 @@ class Transformer {
   BackendArray<float> mlp_;      // [n, 2 inter] [gate | up]
   BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
   BackendArray<int32_t> next_id_;  // [1] the greedy step's result
+  KvPool kv_pool_;                 // last: cleared before the scratch it never touches
 };
 
 }  // namespace kettle

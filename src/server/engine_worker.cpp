@@ -44,14 +44,29 @@ EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::
       batch_(std::max(1, options.batch)),
       prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)),
       kv_budget_bytes_(options.kv_budget_bytes) {
-  transformer_ = std::make_unique<Transformer>(model_, *backend_);
+  transformer_ = std::make_unique<Transformer>(model_, *backend_,
+                                               KvPool::Options{options.kv_block_size, kv_budget_bytes_});
+  if (!backend_->host_memory()) {  // a GPU reserves its KV memory now, as vLLM does
+    if (kv_budget_bytes_ == 0) {   // 90 % of what the weights left, past some working memory
+      const size_t free = backend_->free_memory(), working = size_t{4} << 30;
+      kv_budget_bytes_ = free > 2 * working ? static_cast<size_t>(static_cast<double>(free - working) * 0.9) : free / 2;
+      transformer_->kv_pool().set_max_bytes(kv_budget_bytes_);
+    }
+    transformer_->kv_pool().preallocate();
+  }
   logits_.resize(static_cast<size_t>(batch_ * model_.spec.vocab_size));
   // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
   // another length than a fresh run would: no reuse for those models.
   bool length_dependent = false;
   for (const RopeSpec& rope : model_.spec.ropes) length_dependent = length_dependent || rope_depends_on_length(rope);
-  if (options.prompt_cache_bytes > 0 && !length_dependent)
-    prefix_cache_.emplace(options.prompt_cache_bytes, options.prompt_cache_block);
+  if (options.prompt_cache_bytes > 0 && !length_dependent) {
+    prefix_cache_.emplace(transformer_->kv_pool(), options.prompt_cache_bytes);
+    // Out of free blocks, the pool takes back cached ones (least recently used first).
+    transformer_->kv_pool().set_reclaimer([this] {
+      std::lock_guard lock(mutex_);
+      return prefix_cache_->evict_one();
+    });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -69,8 +84,11 @@ void EngineWorker::submit(Job job) {
   job.channel->push(Event::error("the server is shutting down"));
 }
 
+// The worst case: every block of the sequence its own (lent prefix blocks counted too,
+// so the pool's cap holds whatever the prefix cache lets go of); window layers hold
+// their window plus one prefill chunk.
 size_t EngineWorker::kv_bytes(int64_t tokens) const {
-  return static_cast<size_t>(tokens) * KvCache::bytes_per_position(model_.spec.n_layers, model_.spec.kv_size());
+  return transformer_->kv_pool().bytes_for(tokens, transformer_->kv_pool().window() + prefill_chunk_);
 }
 
 int64_t EngineWorker::flush_prefix_cache() {
@@ -81,7 +99,23 @@ int64_t EngineWorker::flush_prefix_cache() {
 EngineLoad EngineWorker::load() {
   std::lock_guard lock(mutex_);
   return {static_cast<int>(running_.size()), static_cast<int>(queue_.size()),
-          prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}, kv_bytes_in_use_, kv_budget_bytes_};
+          prefix_cache_ ? prefix_cache_->stats() : PrefixCacheStats{}, kv_bytes_in_use_, kv_budget_bytes_, kv_stats_};
+}
+
+// The pool is the engine thread's; /stats reads this copy, refreshed after each step.
+void EngineWorker::publish_kv_stats() {
+  const KvPool& pool = transformer_->kv_pool();
+  KvPoolStats stats;
+  stats.block_size = pool.block_size();
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    if (!pool.has_kind(kind)) continue;
+    stats.blocks_used += pool.used_blocks(kind);
+    stats.blocks_free += pool.available_blocks(kind);
+  }
+  stats.bytes_used = pool.used_bytes();
+  stats.bytes_allocated = pool.allocated_bytes();
+  std::lock_guard lock(mutex_);
+  kv_stats_ = stats;
 }
 
 void EngineWorker::cancel_all(const std::string& reason) {
@@ -170,6 +204,7 @@ void EngineWorker::loop() {
     for (auto& seq : active)
       if (!seq->finish_reason.empty()) finish(*seq);
     std::erase_if(active, [](const auto& seq) { return !seq->finish_reason.empty(); });
+    publish_kv_stats();
   }
 }
 
@@ -181,16 +216,15 @@ std::unique_ptr<EngineWorker::Sequence> EngineWorker::start(Job job) {
            job.prompt[i], i, spec.vocab_size);
   validate_sampling(job.sampling, spec.vocab_size);
   const double queue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.submitted).count();
-  std::optional<PrefixCache::Lease> lease;
+  KvCache kv = transformer_->new_cache();
   if (prefix_cache_) {
     std::lock_guard lock(mutex_);
-    lease = prefix_cache_->take(job.prompt);
+    PrefixCache::Match hit = prefix_cache_->match(job.prompt);
+    if (hit.tokens > 0) kv.adopt(hit.blocks, hit.tokens);
   }
-  KvCache kv = lease ? std::move(lease->kv) : transformer_->new_cache();
-  kv.reserve(static_cast<int64_t>(job.prompt.size()) + job.max_tokens);  // what admission counted, at once
   auto seq = std::make_unique<Sequence>(std::move(job), std::move(kv), tokenizer_);
   seq->queue_seconds = queue_seconds;
-  seq->cached_tokens = lease ? lease->cached_tokens : 0;
+  seq->cached_tokens = seq->kv.length();
   seq->prefilled = seq->cached_tokens;
   seq->sampler.start(seq->job.prompt, spec.vocab_size, seq->job.max_tokens);
   return seq;
@@ -204,36 +238,80 @@ void EngineWorker::step(std::vector<std::unique_ptr<Sequence>>& active) {
     if (seq->job.channel->cancelled()) seq->finish_reason = "cancelled";  // stops within one step
   entries_.clear();
   stepped_.clear();
+  // Decoding sequences first: consecutive one-token entries share one attention call.
+  for (auto& seq : active) {
+    if (!seq->finish_reason.empty() || seq->prefilled < static_cast<int64_t>(seq->job.prompt.size())) continue;
+    entries_.push_back({&seq->next, 1, &seq->kv});
+    stepped_.push_back(seq.get());
+  }
   int64_t prefill_budget = prefill_chunk_;
   for (auto& seq : active) {
-    if (!seq->finish_reason.empty()) continue;
     const auto prompt = static_cast<int64_t>(seq->job.prompt.size());
-    if (seq->prefilled == prompt) {
-      entries_.push_back({&seq->next, 1, &seq->kv});
-    } else {
-      const int64_t n = std::min(prompt - seq->prefilled, prefill_budget);
-      if (n == 0) continue;  // waits for the next step's budget
-      prefill_budget -= n;
-      entries_.push_back({seq->job.prompt.data() + seq->prefilled, n, &seq->kv});
-      seq->prefilled += n;
-    }
+    if (!seq->finish_reason.empty() || seq->prefilled == prompt) continue;
+    const int64_t n = std::min(prompt - seq->prefilled, prefill_budget);
+    if (n == 0) break;  // the rest wait for the next step's budget
+    prefill_budget -= n;
+    entries_.push_back({seq->job.prompt.data() + seq->prefilled, n, &seq->kv});
     stepped_.push_back(seq.get());
   }
   if (entries_.empty()) return;
-  if (entries_.size() == 1)  // one sequence: the plain forward (a GPU replays its recorded decode step)
-    transformer_->forward(entries_[0].tokens, entries_[0].n, *entries_[0].kv, LogitsFor::kLastToken, logits_.data());
-  else
-    transformer_->forward_batch(entries_, logits_.data());
-  const int64_t vocab = model_.spec.vocab_size;
+  run_entries();
   for (size_t i = 0; i < stepped_.size(); ++i) {
     Sequence& seq = *stepped_[i];
-    if (seq.prefilled < static_cast<int64_t>(seq.job.prompt.size())) continue;  // more prompt to come
+    const bool prefilling = seq.prefilled < static_cast<int64_t>(seq.job.prompt.size());
+    if (prefilling) {
+      seq.prefilled += entries_[i].n;
+      remember_prefix(seq, seq.prefilled);  // a concurrent request may share it already
+      if (seq.prefilled < static_cast<int64_t>(seq.job.prompt.size())) continue;  // more prompt to come
+    }
     if (seq.output.empty()) {
       seq.prefill_seconds = seq.since_joined.seconds();
       seq.since_first_token.reset();
     }
-    accept(seq, seq.sampler.sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab));
+    accept(seq, sampled_[i]);
   }
+}
+
+// The step's forward and its sampling: on a device, when no entry needs its logits on
+// the host (penalties, bias, logprobs), the tokens are drawn there and only ids come back.
+void EngineWorker::run_entries() {
+  const int64_t vocab = model_.spec.vocab_size;
+  sampled_.assign(entries_.size(), SampledToken{});
+  bool on_device = !backend_->host_memory();
+  for (size_t i = 0; i < stepped_.size(); ++i)
+    on_device = on_device && stepped_[i]->sampler.on_device();
+  sample_rows_.assign(entries_.size(), SampleRow{});  // mid-prompt rows: greedy, ignored
+  if (on_device)
+    for (size_t i = 0; i < stepped_.size(); ++i)
+      if (completes_prompt(*stepped_[i], entries_[i].n)) sample_rows_[i] = stepped_[i]->sampler.device_row();
+  if (on_device) {
+    ids_.resize(entries_.size());
+    transformer_->forward_batch(entries_, sample_rows_.data(), ids_.data());
+    for (size_t i = 0; i < stepped_.size(); ++i) {
+      sampled_[i].id = ids_[i];
+      if (completes_prompt(*stepped_[i], entries_[i].n)) stepped_[i]->sampler.accept(ids_[i]);
+    }
+    return;
+  }
+  transformer_->forward_batch(entries_, logits_.data());
+  for (size_t i = 0; i < stepped_.size(); ++i)
+    if (completes_prompt(*stepped_[i], entries_[i].n))
+      sampled_[i] = stepped_[i]->sampler.sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab);
+}
+
+// True when this step's tokens of `seq` end its prompt (or it is decoding): the step's
+// logits give its next token.
+bool EngineWorker::completes_prompt(const Sequence& seq, int64_t n) const {
+  return seq.prefilled + n >= static_cast<int64_t>(seq.job.prompt.size());
+}
+
+void EngineWorker::remember_prefix(const Sequence& seq, int64_t tokens) {
+  if (!prefix_cache_) return;
+  std::vector<int32_t> known = seq.job.prompt;
+  known.insert(known.end(), seq.output.begin(), seq.output.end());
+  known.resize(static_cast<size_t>(std::min<int64_t>(tokens, static_cast<int64_t>(known.size()))));
+  std::lock_guard lock(mutex_);
+  prefix_cache_->insert(known, seq.kv);
 }
 
 void EngineWorker::emit(Sequence& seq, std::string text, std::vector<TokenLogprob> logprobs) {
@@ -297,14 +375,10 @@ void EngineWorker::finish(Sequence& seq) {
     done.decode_seconds = seq.output.size() > 1 ? seq.since_first_token.seconds() : 0.0;
     channel.push(std::move(done));
   }
+  // The KV holds the prompt and every sampled token but the last.
+  if (seq.finish_reason != "cancelled") remember_prefix(seq, seq.kv.length());
+  seq.kv.clear();
   release(seq.job.channel, seq.job.kv_reserved);
-  std::lock_guard lock(mutex_);
-  if (prefix_cache_ && seq.kv.length() > 0) {  // the cache holds the prompt and every sampled token but the last
-    std::vector<int32_t> tokens = seq.job.prompt;
-    tokens.insert(tokens.end(), seq.output.begin(), seq.output.end());
-    tokens.resize(static_cast<size_t>(seq.kv.length()));
-    prefix_cache_->put(std::move(tokens), std::move(seq.kv));
-  }
 }
 
 }  // namespace kettle::server

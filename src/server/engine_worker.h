@@ -31,9 +31,11 @@ class EngineWorker {
   struct Options {
     int batch = 8;                     // sequences decoded together; 1: strictly one at a time
     int64_t prefill_chunk = 2048;      // prompt tokens prefilled per step, beside the running decodes
-    size_t kv_budget_bytes = 0;        // KV of running sequences (prompt + max_tokens each) past this waits; 0: no cap
-    size_t prompt_cache_bytes = 0;     // the prefix cache's cap; 0: off
-    int64_t prompt_cache_block = 16;   // tokens a cached prefix is matched in
+    size_t kv_budget_bytes = 0;        // the KV pool's cap: running sequences' worst case (prompt + max_tokens
+                                       // each) past it waits; 0: on a GPU 90 % of the memory left after the
+                                       // weights, elsewhere no cap
+    size_t prompt_cache_bytes = 0;     // the prefix cache's cap (inside the pool); 0: off
+    int kv_block_size = KvPool::kDefaultBlockSize;  // tokens per KV block (and per cached prefix block)
   };
   // model and tokenizer must outlive the worker; the backend runs every generation.
   EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend, Options options);
@@ -44,8 +46,10 @@ class EngineWorker {
   EngineLoad load();
   // Empties the prefix cache (POST /admin/cache/flush); returns the entries dropped.
   int64_t flush_prefix_cache();
-  // KV bytes one sequence of `tokens` positions holds (f32 keys and values, every layer).
+  // KV bytes admission counts for a sequence of `tokens` positions (whole blocks, f32).
   size_t kv_bytes(int64_t tokens) const;
+  // The KV pool's cap (0: none): a request whose kv_bytes exceed it can never run.
+  size_t kv_budget_bytes() const { return kv_budget_bytes_; }
   // Cancels the running jobs (each with an error event) and every queued one.
   void cancel_all(const std::string& reason);
   // Finishes the running jobs, fails the queued ones, joins the thread.
@@ -58,6 +62,9 @@ class EngineWorker {
   std::vector<Job> take_jobs(bool block);
   std::unique_ptr<Sequence> start(Job job);
   void step(std::vector<std::unique_ptr<Sequence>>& active);
+  void run_entries();
+  bool completes_prompt(const Sequence& seq, int64_t n) const;
+  void publish_kv_stats();
   void accept(Sequence& seq, const SampledToken& sampled);
   void finish(Sequence& seq);
   void release(const std::shared_ptr<EventChannel>& channel, size_t kv_reserved);
@@ -72,13 +79,18 @@ class EngineWorker {
   HostBuffer<float> logits_;  // [batch, vocab]
   std::vector<BatchEntry> entries_;  // the step's inputs, and the sequences they belong to
   std::vector<Sequence*> stepped_;
+  std::vector<SampledToken> sampled_;  // the step's token per entry
+  std::vector<SampleRow> sample_rows_;
+  std::vector<int32_t> ids_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
   std::vector<std::shared_ptr<EventChannel>> running_;
   size_t kv_budget_bytes_;
   size_t kv_bytes_in_use_ = 0;  // reserved by the running sequences (under mutex_)
+  KvPoolStats kv_stats_;        // under mutex_
   std::optional<PrefixCache> prefix_cache_;  // used under mutex_ (the engine thread, and load() for stats)
+  void remember_prefix(const Sequence& seq, int64_t tokens);
   std::string cancel_reason_;
   bool stopping_ = false;
   std::thread thread_;

@@ -134,13 +134,13 @@ HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
                                     config_.context_length),
                    prompt_field, "context_length_exceeded");
   const int64_t max_tokens = params.max_tokens.value_or(std::min(config_.default_max_tokens, room));
-  const size_t kv_need = static_cast<size_t>(n_prompt + max_tokens) * config_.kv_bytes_per_token;
-  if (config_.kv_budget_bytes > 0 && kv_need > config_.kv_budget_bytes)
+  const size_t kv_need = engine_.kv_bytes(n_prompt + max_tokens), kv_budget = engine_.kv_budget_bytes();
+  if (kv_budget > 0 && kv_need > kv_budget)
     throw ApiError(400,
                    fmt::format("the prompt ({} tokens) plus max_tokens ({}) needs {:.2f} GB of KV cache; this server's "
                                "--kv-budget is {:.2f} GB",
                                n_prompt, max_tokens, static_cast<double>(kv_need) / 1e9,
-                               static_cast<double>(config_.kv_budget_bytes) / 1e9),
+                               static_cast<double>(kv_budget) / 1e9),
                    params.max_tokens ? "max_tokens" : prompt_field, "kv_budget_exceeded");
   if (engine_.load().queued >= config_.max_queue)
     throw ApiError(429, fmt::format("the server is busy: {} requests are already waiting; retry shortly", config_.max_queue));

@@ -38,8 +38,6 @@ struct ServerConfig {
   bool thinking = true;            // enable_thinking for templates that read it, unless a request says
   int max_queue = 64;              // generations waiting past this many: 429
   int batch = 8;                   // generations the engine runs at once (sizes the HTTP thread pool)
-  size_t kv_budget_bytes = 0;      // a request whose KV could never fit is refused (400); 0: no cap
-  size_t kv_bytes_per_token = 0;
   size_t max_body_bytes = 8u << 20;
 };
 

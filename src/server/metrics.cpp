@@ -39,7 +39,14 @@ nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_i
   return {{"model", model_id},
           {"uptime_seconds", uptime},
           {"requests", {{"running", load.running}, {"queued", load.queued}, {"total", total}, {"by_status", by_status}}},
-          {"kv", {{"bytes_in_use", load.kv_bytes_in_use}, {"budget_bytes", load.kv_budget_bytes}}},
+          {"kv",
+           {{"bytes_in_use", load.kv_bytes_in_use},
+            {"budget_bytes", load.kv_budget_bytes},
+            {"block_size", load.kv_pool.block_size},
+            {"blocks_used", load.kv_pool.blocks_used},
+            {"blocks_free", load.kv_pool.blocks_free},
+            {"pool_bytes_used", load.kv_pool.bytes_used},
+            {"pool_bytes_allocated", load.kv_pool.bytes_allocated}}},
           {"generations", generations_},
           {"tokens", {{"prompt", prompt_tokens_}, {"completion", completion_tokens_}}},
           {"prefill_tokens_per_second", prefill_seconds_ > 0 ? static_cast<double>(prompt_tokens_) / prefill_seconds_ : 0.0},
@@ -83,6 +90,10 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
   out += fmt::format("kettle_decode_seconds_total{{{}}} {:.6f}\n", model, decode_seconds_);
   metric("kettle_kv_bytes_in_use", "gauge", "KV cache bytes reserved by running generations.");
   out += fmt::format("kettle_kv_bytes_in_use{{{}}} {}\n", model, load.kv_bytes_in_use);
+  metric("kettle_kv_blocks_used", "gauge", "KV blocks held by sequences and the prefix cache.");
+  out += fmt::format("kettle_kv_blocks_used{{{}}} {}\n", model, load.kv_pool.blocks_used);
+  metric("kettle_kv_blocks_free", "gauge", "KV blocks free, or to be had by growing the pool to its cap.");
+  out += fmt::format("kettle_kv_blocks_free{{{}}} {}\n", model, load.kv_pool.blocks_free);
   metric("kettle_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.");
   out += fmt::format("kettle_prefix_cache_lookups_total{{{}}} {}\n", model, load.prefix_cache.lookups);
   metric("kettle_prefix_cache_hits_total", "counter", "Prompts that reused a cached prefix.");

@@ -2,6 +2,7 @@
 // with outputs poisoned (NaN) beforehand and 1 and 3 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -119,22 +120,81 @@ void reference_attention(const std::vector<float>& q, const std::vector<float>& 
     }
 }
 
-TEST_P(OpsTest, AttentionGqaWindowSoftcap) {
-  for (int window : {0, 5}) {
-    for (float softcap : {0.0f, 2.0f}) {
-      AttentionParams p{6, 2, 16, 0.3f, softcap, window};
-      const int64_t start = 9, n = 7, total = start + n, qs = 6 * 16, kvs = 2 * 16;
-      auto q = random_vec(static_cast<size_t>(n * qs), 4);
-      auto k = random_vec(static_cast<size_t>(total * kvs), 5);
-      auto v = random_vec(static_cast<size_t>(total * kvs), 6);
-      std::vector<float> out(static_cast<size_t>(n * qs), NAN);
-      std::vector<int32_t> positions;
-      for (int64_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(start + t));
-      backend_->attention(q.data(), n, qs, k.data(), v.data(), kvs, positions.data(), total, p, out.data(), qs);
-      std::vector<double> ref;
-      reference_attention(q, k, v, n, start, p, ref);
-      EXPECT_LE(rel_err(out, ref), 1e-5) << "window " << window << " softcap " << softcap;
+// Contiguous rows [total, width] scattered into a pool of `block` rows per block in a
+// shuffled order (block 0 left unused, as the pool keeps it), with the table that finds them.
+struct Paged {
+  std::vector<float> k, v;
+  std::vector<int32_t> table;
+};
+Paged page(const std::vector<float>& k, const std::vector<float>& v, int64_t total, int64_t width, int block,
+           unsigned seed) {
+  const int64_t blocks = (total + block - 1) / block;
+  Paged out;
+  for (int64_t b = 0; b < blocks; ++b) out.table.push_back(static_cast<int32_t>(b + 1));
+  std::mt19937 rng(seed);
+  std::shuffle(out.table.begin(), out.table.end(), rng);
+  out.k.assign(static_cast<size_t>((blocks + 1) * block * width), NAN);
+  out.v = out.k;
+  for (int64_t r = 0; r < total; ++r) {
+    const int64_t row = out.table[static_cast<size_t>(r / block)] * int64_t{block} + r % block;
+    std::copy_n(k.begin() + r * width, width, out.k.begin() + row * width);
+    std::copy_n(v.begin() + r * width, width, out.v.begin() + row * width);
+  }
+  return out;
+}
+
+TEST_P(OpsTest, AttentionGqaWindowSoftcapThroughBlockTables) {
+  for (int block : {16, 3}) {
+    for (int window : {0, 5}) {
+      for (float softcap : {0.0f, 2.0f}) {
+        AttentionParams p{6, 2, 16, 0.3f, softcap, window};
+        const int64_t start = 9, n = 7, total = start + n, qs = 6 * 16, kvs = 2 * 16;
+        auto q = random_vec(static_cast<size_t>(n * qs), 4);
+        auto k = random_vec(static_cast<size_t>(total * kvs), 5);
+        auto v = random_vec(static_cast<size_t>(total * kvs), 6);
+        Paged paged = page(k, v, total, kvs, block, 7);
+        std::vector<float> out(static_cast<size_t>(n * qs), NAN);
+        std::vector<int32_t> positions;
+        for (int64_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(start + t));
+        const KvPages pages{paged.k.data(), paged.v.data(), kvs, block, paged.table.data(), 0};
+        backend_->attention(q.data(), n, qs, pages, positions.data(), total, p, out.data(), qs);
+        std::vector<double> ref;
+        reference_attention(q, k, v, n, start, p, ref);
+        EXPECT_LE(rel_err(out, ref), 1e-5) << "block " << block << " window " << window << " softcap " << softcap;
+      }
     }
+  }
+}
+
+// One decode query per sequence, each through its own table row (table_stride > 0).
+TEST_P(OpsTest, AttentionOneQueryPerSequence) {
+  AttentionParams p{4, 2, 16, 0.25f, 0.0f, 0};
+  const int64_t qs = 4 * 16, kvs = 2 * 16, block = 4, stride = 8;
+  const std::vector<int64_t> lengths = {1, 13, 30};
+  std::vector<float> pool_k, pool_v, q_all, out(static_cast<size_t>(3 * qs), NAN);
+  std::vector<int32_t> tables(static_cast<size_t>(3 * stride), 0), positions;
+  std::vector<std::vector<double>> refs;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int64_t total = lengths[s];
+    auto q = random_vec(static_cast<size_t>(qs), 20 + static_cast<unsigned>(s));
+    auto k = random_vec(static_cast<size_t>(total * kvs), 30 + static_cast<unsigned>(s));
+    auto v = random_vec(static_cast<size_t>(total * kvs), 40 + static_cast<unsigned>(s));
+    Paged paged = page(k, v, total, kvs, block, 50 + static_cast<unsigned>(s));
+    const auto base = static_cast<int32_t>(pool_k.size() / static_cast<size_t>(block * kvs));  // this sequence's blocks follow
+    pool_k.insert(pool_k.end(), paged.k.begin(), paged.k.end());
+    pool_v.insert(pool_v.end(), paged.v.begin(), paged.v.end());
+    for (size_t b = 0; b < paged.table.size(); ++b) tables[s * stride + b] = base + paged.table[b];
+    q_all.insert(q_all.end(), q.begin(), q.end());
+    positions.push_back(static_cast<int32_t>(total - 1));
+    std::vector<double> ref;
+    reference_attention(q, k, v, 1, total - 1, p, ref);
+    refs.push_back(ref);
+  }
+  const KvPages pages{pool_k.data(), pool_v.data(), kvs, static_cast<int>(block), tables.data(), stride};
+  backend_->attention(q_all.data(), 3, qs, pages, positions.data(), stride * block, p, out.data(), qs);
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    std::vector<float> row(out.begin() + static_cast<int64_t>(s) * qs, out.begin() + static_cast<int64_t>(s + 1) * qs);
+    EXPECT_LE(rel_err(row, refs[s]), 1e-5) << "sequence " << s;
   }
 }
 

@@ -1,30 +1,32 @@
-// PrefixCache on the CPU backend: block-aligned longest-prefix matching that
-// always leaves a prompt token to run, the KV rows handed back intact, entries
-// a longer sequence covers dropped, least-recently-used eviction under the cap.
+// The paged KV pool and the token-block prefix tree on the CPU backend:
+// block-aligned longest-prefix matching that always leaves a prompt token to
+// run, blocks shared (not moved) between the tree and any number of
+// sequences, reference counts back to zero, LRU eviction under the cap and on
+// the pool's demand, sliding-window blocks let go and matches that respect them.
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "backend/backend.h"
 #include "kv/prefix_cache.h"
+#include "model/kv_cache.h"
+#include "model/kv_pool.h"
+#include "util/error.h"
 
 namespace kettle {
 namespace {
 
-constexpr int64_t kLayers = 2, kKvSize = 4, kBlock = 4;
+constexpr int kBlock = 4;
+constexpr int64_t kKvSize = 4;
 
-// A cache holding `tokens`, each row filled with its token id (so rows can be checked later).
-KvCache filled(Backend& backend, const std::vector<int32_t>& tokens) {
-  KvCache kv(backend, kLayers, kKvSize);
-  kv.reserve(static_cast<int64_t>(tokens.size()));
-  for (int64_t layer = 0; layer < kLayers; ++layer)
-    for (size_t t = 0; t < tokens.size(); ++t)
-      for (int64_t c = 0; c < kKvSize; ++c) {
-        kv.keys(layer)[t * kKvSize + c] = static_cast<float>(tokens[t]);
-        kv.values(layer)[t * kKvSize + c] = -static_cast<float>(tokens[t]);
-      }
-  kv.set_length(static_cast<int64_t>(tokens.size()));
-  return kv;
+ModelSpec spec_with(std::vector<int> windows) {
+  ModelSpec spec;
+  spec.n_layers = static_cast<int64_t>(windows.size());
+  spec.n_heads = 1;
+  spec.n_kv_heads = 1;
+  spec.head_dim = static_cast<int>(kKvSize);
+  for (int w : windows) spec.layers.push_back(LayerSpec{w, 0, false});
+  return spec;
 }
 
 std::vector<int32_t> range(int32_t first, int32_t count) {
@@ -33,75 +35,167 @@ std::vector<int32_t> range(int32_t first, int32_t count) {
   return v;
 }
 
-TEST(PrefixCache, LongestBlockAlignedPrefixLeavesATokenToRun) {
-  auto backend = make_cpu_backend(1);
-  PrefixCache cache(1 << 20, kBlock);
-  std::vector<int32_t> first = range(100, 11);  // 11 tokens: blocks [0,4) [4,8)
-  cache.put(first, filled(*backend, first));
+// A sequence of `tokens` whose rows hold their token ids (keys) and minus them (values).
+KvCache filled(KvPool& pool, const std::vector<int32_t>& tokens) {
+  KvCache kv(pool);
+  kv.reserve(static_cast<int64_t>(tokens.size()));
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    const std::vector<int32_t>& table = kv.table(pool.kind_of(layer));
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const int64_t row = table[t / kBlock] * int64_t{kBlock} + static_cast<int64_t>(t % kBlock);
+      for (int64_t c = 0; c < kKvSize; ++c) {
+        pool.keys(layer)[row * kKvSize + c] = static_cast<float>(tokens[t]);
+        pool.values(layer)[row * kKvSize + c] = -static_cast<float>(tokens[t]);
+      }
+    }
+  }
+  kv.set_length(static_cast<int64_t>(tokens.size()));
+  return kv;
+}
+
+class PrefixCacheTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend_ = make_cpu_backend(1);
+  ModelSpec spec_ = spec_with({0, 0});
+  KvPool pool_{*backend_, spec_, KvPool::Options{kBlock, 0}};
+};
+
+TEST_F(PrefixCacheTest, LongestBlockAlignedPrefixIsSharedNotMoved) {
+  PrefixCache cache(pool_, 1 << 20);
+  std::vector<int32_t> first = range(100, 11);  // blocks [0,4) [4,8) and a partial one
+  KvCache seq = filled(pool_, first);
+  cache.insert(first, seq);
   std::vector<int32_t> prompt = range(100, 10);
   prompt.push_back(7);  // shares 10 tokens: 8 usable
-  auto lease = cache.take(prompt);
-  ASSERT_TRUE(lease);
-  EXPECT_EQ(lease->cached_tokens, 8);
-  EXPECT_EQ(lease->kv.length(), 8);
-  for (int64_t t = 0; t < 8; ++t) {
-    EXPECT_EQ(lease->kv.keys(1)[t * kKvSize], static_cast<float>(100 + t));
-    EXPECT_EQ(lease->kv.values(0)[t * kKvSize + 3], -static_cast<float>(100 + t));
+  for (int twice = 0; twice < 2; ++twice) {  // a match lends, the tree keeps its blocks
+    PrefixCache::Match hit = cache.match(prompt);
+    ASSERT_EQ(hit.tokens, 8);
+    ASSERT_EQ(hit.blocks[KvPool::kFull].size(), 2u);
+    EXPECT_EQ(hit.blocks[KvPool::kFull][0], seq.table(KvPool::kFull)[0]);
+    EXPECT_EQ(hit.blocks[KvPool::kFull][1], seq.table(KvPool::kFull)[1]);
+    KvCache lent(pool_);
+    lent.adopt(hit.blocks, hit.tokens);
+    EXPECT_EQ(lent.length(), 8);
+    const int32_t b1 = lent.table(KvPool::kFull)[1];
+    EXPECT_EQ(pool_.keys(1)[(b1 * kBlock + 3) * kKvSize], 107.0f);  // token 7 of the prefix
+    EXPECT_EQ(pool_.references(KvPool::kFull, b1), 3);                // seq, the tree, lent
   }
-  EXPECT_FALSE(cache.take(prompt)) << "a lent entry is out of the cache";
   PrefixCacheStats s = cache.stats();
   EXPECT_EQ(s.lookups, 2);
-  EXPECT_EQ(s.hits, 1);
-  EXPECT_EQ(s.cached_tokens, 8);
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.cached_tokens, 16);
+  EXPECT_EQ(s.entries, 2);
 }
 
-TEST(PrefixCache, TheWholePromptCachedStillRunsItsLastBlockPart) {
-  auto backend = make_cpu_backend(1);
-  PrefixCache cache(1 << 20, kBlock);
+TEST_F(PrefixCacheTest, TheWholePromptCachedStillRunsItsLastBlockPart) {
+  PrefixCache cache(pool_, 1 << 20);
   std::vector<int32_t> tokens = range(0, 12);
-  cache.put(tokens, filled(*backend, tokens));
-  auto lease = cache.take(range(0, 8));  // identical to a cached prefix of 8: 7 usable → 4
-  ASSERT_TRUE(lease);
-  EXPECT_EQ(lease->cached_tokens, 4);
+  KvCache seq = filled(pool_, tokens);
+  cache.insert(tokens, seq);
+  EXPECT_EQ(cache.match(range(0, 8)).tokens, 4);  // 7 usable → one block
+  EXPECT_EQ(cache.match(range(0, 13)).tokens, 12);
 }
 
-TEST(PrefixCache, NoWholeBlockNoHit) {
-  auto backend = make_cpu_backend(1);
-  PrefixCache cache(1 << 20, kBlock);
-  std::vector<int32_t> tokens = range(0, 8);
-  cache.put(tokens, filled(*backend, tokens));
-  std::vector<int32_t> prompt = {0, 1, 2, 9, 9, 9, 9, 9};
-  EXPECT_FALSE(cache.take(prompt));
-  EXPECT_EQ(cache.stats().entries, 1);
+TEST_F(PrefixCacheTest, NoWholeBlockNoHit) {
+  PrefixCache cache(pool_, 1 << 20);
+  KvCache seq = filled(pool_, range(0, 8));
+  cache.insert(range(0, 8), seq);
+  EXPECT_EQ(cache.match(std::vector<int32_t>{0, 1, 2, 9, 9, 9, 9, 9}).tokens, 0);
+  EXPECT_EQ(cache.stats().hits, 0);
 }
 
-TEST(PrefixCache, ALongerSequenceReplacesItsPrefixes) {
-  auto backend = make_cpu_backend(1);
-  PrefixCache cache(1 << 20, kBlock);
-  cache.put(range(0, 8), filled(*backend, range(0, 8)));
-  cache.put(range(50, 8), filled(*backend, range(50, 8)));
-  cache.put(range(0, 16), filled(*backend, range(0, 16)));
-  EXPECT_EQ(cache.stats().entries, 2);
-  auto lease = cache.take(range(0, 20));
-  ASSERT_TRUE(lease);
-  EXPECT_EQ(lease->cached_tokens, 16);
+TEST_F(PrefixCacheTest, SequencesSharingABlockShareANode) {
+  PrefixCache cache(pool_, 1 << 20);
+  std::vector<int32_t> a = range(0, 8), b = range(0, 4);
+  b.insert(b.end(), {50, 51, 52, 53});
+  KvCache sa = filled(pool_, a), sb = filled(pool_, b);
+  cache.insert(a, sa);
+  cache.insert(b, sb);
+  EXPECT_EQ(cache.stats().entries, 3);  // [0..3], then [4..7] and [50..53] beside each other
+  std::vector<int32_t> prompt = b;
+  prompt.push_back(1);
+  PrefixCache::Match hit = cache.match(prompt);
+  EXPECT_EQ(hit.tokens, 8);
+  EXPECT_EQ(hit.blocks[KvPool::kFull][0], sa.table(KvPool::kFull)[0]) << "the first block kept is the first inserted";
+  EXPECT_EQ(hit.blocks[KvPool::kFull][1], sb.table(KvPool::kFull)[1]);
 }
 
-TEST(PrefixCache, EvictsLeastRecentlyUsedPastTheCap) {
-  auto backend = make_cpu_backend(1);
-  // one entry of 256 rows (KvCache's minimum capacity) = 256 * 4 * 4 B * 2 (k, v) * 2 layers = 16 KiB
-  const size_t entry = 256 * kKvSize * sizeof(float) * 2 * kLayers;
-  PrefixCache cache(2 * entry, kBlock);
-  cache.put(range(0, 8), filled(*backend, range(0, 8)));
-  cache.put(range(100, 8), filled(*backend, range(100, 8)));
-  EXPECT_EQ(cache.stats().bytes, 2 * entry);
-  cache.put(range(200, 8), filled(*backend, range(200, 8)));  // evicts range(0, 8), the oldest
-  EXPECT_EQ(cache.stats().entries, 2);
-  EXPECT_FALSE(cache.take(range(0, 9)));
-  EXPECT_TRUE(cache.take(range(100, 9)));
-  PrefixCache off(0, kBlock);
-  off.put(range(0, 8), filled(*backend, range(0, 8)));
+TEST_F(PrefixCacheTest, EveryReferenceComesBack) {
+  {
+    PrefixCache cache(pool_, 1 << 20);
+    KvCache seq = filled(pool_, range(0, 10));
+    cache.insert(range(0, 10), seq);
+    EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 3);
+    seq.clear();
+    EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 2) << "the partial block was the sequence's alone";
+    EXPECT_EQ(cache.clear(), 2);
+    EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 0);
+  }
+  EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 0);
+}
+
+TEST_F(PrefixCacheTest, EvictsLeastRecentlyUsedPastTheCap) {
+  const size_t block = pool_.bytes_per_block(KvPool::kFull);  // 2 layers × 4 rows × 4 floats × 2
+  EXPECT_EQ(block, 2u * kBlock * kKvSize * sizeof(float) * 2);
+  PrefixCache cache(pool_, 4 * block);
+  for (int32_t first : {0, 100}) {
+    KvCache seq = filled(pool_, range(first, 8));
+    cache.insert(range(first, 8), seq);
+  }
+  EXPECT_EQ(cache.stats().bytes, 4 * block);
+  EXPECT_EQ(cache.match(range(0, 9)).tokens, 8);  // range(0, ...) is now the most recent
+  KvCache third = filled(pool_, range(200, 4));
+  cache.insert(range(200, 4), third);  // evicts range(100, 8)'s leaf
+  EXPECT_EQ(cache.stats().entries, 4);
+  EXPECT_EQ(cache.match(range(100, 9)).tokens, 4);
+  EXPECT_EQ(cache.match(range(0, 9)).tokens, 8);
+  PrefixCache off(pool_, 0);
+  off.insert(range(0, 8), third);
   EXPECT_EQ(off.stats().entries, 0);
+}
+
+TEST_F(PrefixCacheTest, AFullPoolTakesBlocksBackFromTheTree) {
+  KvPool pool(*backend_, spec_, KvPool::Options{kBlock, 20 * pool_.bytes_per_block(KvPool::kFull)});
+  PrefixCache cache(pool, 1 << 20);
+  pool.set_reclaimer([&] { return cache.evict_one(); });
+  {
+    KvCache seq = filled(pool, range(0, 64));  // 16 blocks
+    cache.insert(range(0, 64), seq);
+  }
+  EXPECT_EQ(pool.used_blocks(KvPool::kFull), 16);
+  KvCache big(pool);
+  big.reserve(12 * kBlock);  // 12 more: the pool holds 19 (block 0 is never lent)
+  EXPECT_EQ(pool.used_blocks(KvPool::kFull), 19);
+  EXPECT_EQ(cache.stats().entries, 7) << "the least recently used leaves went first";
+  EXPECT_EQ(cache.match(range(0, 100)).tokens, 28);
+  KvCache more(pool);
+  EXPECT_THROW(more.reserve(21 * kBlock), Error);
+}
+
+TEST(KvPool, SlidingWindowBlocksAreLetGoAndMatchesRespectThem) {
+  auto backend = make_cpu_backend(1);
+  ModelSpec spec = spec_with({0, 6});  // layer 1 sees the last 6 positions
+  KvPool pool(*backend, spec, KvPool::Options{kBlock, 0});
+  EXPECT_EQ(pool.kind_of(1), KvPool::kWindow);
+  EXPECT_EQ(pool.window(), 6);
+  PrefixCache cache(pool, 1 << 20);
+  KvCache seq(pool);
+  seq.reserve(8);
+  seq.set_length(8);
+  cache.insert(range(0, 8), seq);  // both blocks of both kinds
+  seq.reserve(24);
+  seq.set_length(24);  // a query at 24 sees from 19: window blocks 0..3 are let go
+  EXPECT_EQ(seq.table(KvPool::kWindow)[3], 0);
+  EXPECT_NE(seq.table(KvPool::kWindow)[4], 0);
+  EXPECT_EQ(pool.used_blocks(KvPool::kFull), 6);
+  EXPECT_EQ(pool.used_blocks(KvPool::kWindow), 2 + 2);  // blocks 4, 5 and the tree's two
+  cache.insert(range(0, 24), seq);  // blocks 2..5: windows of 2 and 3 gone
+  // A continuation at 24 needs window blocks from 19 (block 4); at 16 from 11 (block 2, gone);
+  // at 8 from 3 (blocks 0, 1: the tree holds them).
+  EXPECT_EQ(cache.match(range(0, 25)).tokens, 24);
+  std::vector<int32_t> prompt = range(0, 16);
+  prompt.push_back(99);
+  EXPECT_EQ(cache.match(prompt).tokens, 8);
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+// KvPool's block bookkeeping: per kind a reference count per block and a free
+// list; the per-layer buffers double (copied once) when the free list is empty
+// and the byte cap allows, else the reclaimer is asked to release some.
+#include "model/kv_pool.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "util/error.h"
+
+namespace kettle {
+
+KvPool::KvPool(Backend& backend, const ModelSpec& spec, Options options)
+    : backend_(backend),
+      block_size_(std::max(1, options.block_size)),
+      max_bytes_(options.max_bytes),
+      kv_size_(spec.kv_size()),
+      k_(static_cast<size_t>(spec.n_layers)),
+      v_(static_cast<size_t>(spec.n_layers)) {
+  for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
+    const int window = spec.layers[static_cast<size_t>(layer)].sliding_window;
+    const int kind = window > 0 ? kWindow : kFull;
+    layer_kind_.push_back(kind);
+    ++layers_of_kind_[static_cast<size_t>(kind)];
+    window_ = std::max<int64_t>(window_, window);
+  }
+}
+
+size_t KvPool::bytes_per_block(int kind) const {
+  return static_cast<size_t>(layers_of_kind_[static_cast<size_t>(kind)]) * static_cast<size_t>(block_size_) *
+         static_cast<size_t>(kv_size_) * sizeof(float) * 2;
+}
+
+size_t KvPool::bytes_for(int64_t tokens, int64_t window_rows) const {
+  const auto blocks = [&](int64_t rows) { return (rows + block_size_ - 1) / block_size_ + 1; };  // +1: an unaligned start
+  const int64_t full = (tokens + block_size_ - 1) / block_size_;
+  const int64_t windowed = std::min(full, blocks(window_rows));
+  return static_cast<size_t>(full) * bytes_per_block(kFull) + static_cast<size_t>(windowed) * bytes_per_block(kWindow);
+}
+
+size_t KvPool::used_bytes() const {
+  return static_cast<size_t>(used_[kFull]) * bytes_per_block(kFull) +
+         static_cast<size_t>(used_[kWindow]) * bytes_per_block(kWindow);
+}
+
+size_t KvPool::allocated_bytes() const {
+  return static_cast<size_t>(capacity_[kFull]) * bytes_per_block(kFull) +
+         static_cast<size_t>(capacity_[kWindow]) * bytes_per_block(kWindow);
+}
+
+int64_t KvPool::max_blocks(int kind) const {
+  const int64_t id_limit = std::numeric_limits<int32_t>::max() / block_size_;
+  if (max_bytes_ == 0) return id_limit;
+  const size_t other = allocated_bytes() - static_cast<size_t>(capacity_[static_cast<size_t>(kind)]) * bytes_per_block(kind);
+  if (other >= max_bytes_) return capacity_[static_cast<size_t>(kind)];
+  return std::min<int64_t>(id_limit, static_cast<int64_t>((max_bytes_ - other) / bytes_per_block(kind)));
+}
+
+int64_t KvPool::available_blocks(int kind) const {
+  const auto k = static_cast<size_t>(kind);
+  return static_cast<int64_t>(free_[k].size()) + std::max<int64_t>(0, max_blocks(kind) - capacity_[k]);
+}
+
+bool KvPool::grow(int kind, int64_t blocks) {
+  const auto k = static_cast<size_t>(kind);
+  blocks = std::min(blocks, max_blocks(kind));
+  if (blocks <= capacity_[k]) return false;
+  const size_t row_floats = static_cast<size_t>(block_size_ * kv_size_);
+  for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
+    if (layer_kind_[layer] != kind) continue;
+    for (auto* buffers : {&k_, &v_}) {
+      BackendArray<float> grown(backend_, static_cast<size_t>(blocks) * row_floats);
+      BackendArray<float>& old = (*buffers)[layer];
+      if (old.size() > 0) backend_.copy(grown.data(), old.data(), old.bytes());
+      old = std::move(grown);
+    }
+  }
+  refs_[k].resize(static_cast<size_t>(blocks), 0);
+  for (int64_t id = blocks - 1; id >= std::max<int64_t>(1, capacity_[k]); --id) free_[k].push_back(static_cast<int32_t>(id));
+  capacity_[k] = blocks;
+  ++epoch_;
+  return true;
+}
+
+void KvPool::preallocate() {
+  for (int kind : {kFull, kWindow})
+    if (has_kind(kind)) grow(kind, max_blocks(kind));
+}
+
+int32_t KvPool::allocate(int kind) {
+  const auto k = static_cast<size_t>(kind);
+  if (free_[k].empty()) grow(kind, std::max<int64_t>(16, capacity_[k] * 2));
+  while (free_[k].empty() && reclaim_ && reclaim_()) {
+  }
+  if (free_[k].empty())
+    fail(ErrorCategory::kResourceExhausted, "the KV cache is full ({} blocks of {} tokens, {} MiB): no block left",
+         capacity_[k], block_size_, allocated_bytes() >> 20);
+  const int32_t id = free_[k].back();
+  free_[k].pop_back();
+  refs_[k][static_cast<size_t>(id)] = 1;
+  ++used_[k];
+  return id;
+}
+
+void KvPool::retain(int kind, int32_t block) {
+  if (block > 0) ++refs_[static_cast<size_t>(kind)][static_cast<size_t>(block)];
+}
+
+void KvPool::release(int kind, int32_t block) {
+  if (block <= 0) return;
+  const auto k = static_cast<size_t>(kind);
+  if (--refs_[k][static_cast<size_t>(block)] == 0) {
+    free_[k].push_back(block);
+    --used_[k];
+  }
+}
+
+}  // namespace kettle

@@ -1,0 +1,98 @@
+// KvPool: the paged KV store every sequence's cache lives in. Each layer's keys
+// and values are one buffer of fixed-size blocks ([blocks * block_size,
+// kv_size] f32, backend memory); a sequence (KvCache) holds a table of block
+// ids. Layers of one kind share block ids: kind 0 holds the full-attention
+// layers, kind 1 the sliding-window layers, whose sequences keep only the blocks
+// their window can still see. Blocks are reference-counted, so a prefix cache
+// and several sequences can hold the same block (a shared prompt). Block 0 of
+// each kind is never handed out: unused table entries and padding rows point
+// at it.
+//
+// The buffers grow (doubling, copied once) up to `max_bytes`; block ids stay
+// valid, only addresses change, and `epoch()` counts the moves so a recorded
+// step knows it is stale. Out of blocks, the pool asks its reclaimer (the
+// prefix cache) to give some back before it fails.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "backend/backend_array.h"
+#include "model/model_spec.h"
+
+namespace kettle {
+
+class KvPool {
+ public:
+  static constexpr int kFull = 0, kWindow = 1, kKinds = 2;
+  static constexpr int kDefaultBlockSize = 16;
+
+  struct Options {
+    int block_size = kDefaultBlockSize;  // tokens per block
+    size_t max_bytes = 0;                // 0: grows without a cap
+  };
+
+  KvPool(Backend& backend, const ModelSpec& spec, Options options);
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
+
+  int block_size() const { return block_size_; }
+  int kind_of(int64_t layer) const { return layer_kind_[static_cast<size_t>(layer)]; }
+  bool has_kind(int kind) const { return layers_of_kind_[static_cast<size_t>(kind)] > 0; }
+  // The longest sliding window (kWindow layers); 0 when there are none.
+  int64_t window() const { return window_; }
+  int64_t kv_size() const { return kv_size_; }
+  float* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
+  float* values(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
+  uint64_t epoch() const { return epoch_; }
+
+  // A block of `kind` with one reference; grows the buffers or asks the reclaimer when
+  // none is free. Throws kettle::Error (kResourceExhausted) past max_bytes.
+  int32_t allocate(int kind);
+  void retain(int kind, int32_t block);
+  void release(int kind, int32_t block);
+  int32_t references(int kind, int32_t block) const { return refs_[static_cast<size_t>(kind)][static_cast<size_t>(block)]; }
+
+  // Called when no block is free and the buffers may not grow; returns false when it
+  // could free nothing.
+  void set_reclaimer(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
+  // Grows the buffers to max_bytes now (a GPU server reserves its KV memory at start).
+  void preallocate();
+
+  // Bytes one block of `kind` takes across its layers (keys and values).
+  size_t bytes_per_block(int kind) const;
+  // Bytes of blocks `tokens` positions of one sequence hold, at most (window kinds
+  // count at most `window_rows` rows: the window plus the longest step's tokens).
+  size_t bytes_for(int64_t tokens, int64_t window_rows) const;
+  size_t max_bytes() const { return max_bytes_; }
+  void set_max_bytes(size_t bytes) { max_bytes_ = bytes; }
+  size_t used_bytes() const;       // blocks held by someone
+  size_t allocated_bytes() const;  // the buffers as they are now
+  int64_t used_blocks(int kind) const { return used_[static_cast<size_t>(kind)]; }
+  int64_t capacity_blocks(int kind) const { return capacity_[static_cast<size_t>(kind)]; }
+  // Blocks the pool could still hand out (free now or by growing), without reclaiming.
+  int64_t available_blocks(int kind) const;
+
+ private:
+  bool grow(int kind, int64_t blocks);
+  int64_t max_blocks(int kind) const;
+
+  Backend& backend_;
+  int block_size_;
+  size_t max_bytes_;
+  int64_t kv_size_;
+  int64_t window_ = 0;
+  std::vector<int> layer_kind_;
+  std::vector<int64_t> layers_of_kind_ = std::vector<int64_t>(kKinds, 0);
+  std::vector<BackendArray<float>> k_, v_;
+  std::vector<int64_t> capacity_ = std::vector<int64_t>(kKinds, 0);  // blocks per layer buffer
+  std::vector<int64_t> used_ = std::vector<int64_t>(kKinds, 0);
+  std::vector<std::vector<int32_t>> refs_ = std::vector<std::vector<int32_t>>(kKinds);
+  std::vector<std::vector<int32_t>> free_ = std::vector<std::vector<int32_t>>(kKinds);
+  std::function<bool()> reclaim_;
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace kettle
