@@ -14,6 +14,8 @@ KvPool::KvPool(Backend& backend, const ModelSpec& spec, Options options)
     : backend_(backend),
       block_size_(std::max(1, options.block_size)),
       max_bytes_(options.max_bytes),
+      max_sequences_(options.max_sequences),
+      max_step_(options.max_step),
       kv_size_(spec.kv_size()),
       k_(static_cast<size_t>(spec.n_layers)),
       v_(static_cast<size_t>(spec.n_layers)) {
@@ -31,11 +33,23 @@ size_t KvPool::bytes_per_block(int kind) const {
          static_cast<size_t>(kv_size_) * sizeof(float) * 2;
 }
 
-size_t KvPool::bytes_for(int64_t tokens, int64_t window_rows) const {
-  const auto blocks = [&](int64_t rows) { return (rows + block_size_ - 1) / block_size_ + 1; };  // +1: an unaligned start
-  const int64_t full = (tokens + block_size_ - 1) / block_size_;
-  const int64_t windowed = std::min(full, blocks(window_rows));
-  return static_cast<size_t>(full) * bytes_per_block(kFull) + static_cast<size_t>(windowed) * bytes_per_block(kWindow);
+// A window layer's query reads `window` rows back; a step writes up to max_step rows before
+// attending; +1 for a window that starts mid-block.
+int64_t KvPool::window_blocks_per_sequence() const {
+  return (window_ + max_step_ + block_size_ - 1) / block_size_ + 1;
+}
+
+size_t KvPool::admission_bytes(int64_t tokens) const {
+  const int kind = admitted_kind();
+  int64_t blocks = (tokens + block_size_ - 1) / block_size_;
+  if (kind == kWindow) blocks = std::min(blocks, window_blocks_per_sequence());
+  return static_cast<size_t>(blocks) * bytes_per_block(kind);
+}
+
+size_t KvPool::admission_capacity() const {
+  if (max_bytes_ == 0) return 0;
+  const int kind = admitted_kind();
+  return static_cast<size_t>(max_blocks(kind) - 1) * bytes_per_block(kind);
 }
 
 size_t KvPool::used_bytes() const {
@@ -51,9 +65,19 @@ size_t KvPool::allocated_bytes() const {
 int64_t KvPool::max_blocks(int kind) const {
   const int64_t id_limit = std::numeric_limits<int32_t>::max() / block_size_;
   if (max_bytes_ == 0) return id_limit;
-  const size_t other = allocated_bytes() - static_cast<size_t>(capacity_[static_cast<size_t>(kind)]) * bytes_per_block(kind);
-  if (other >= max_bytes_) return capacity_[static_cast<size_t>(kind)];
-  return std::min<int64_t>(id_limit, static_cast<int64_t>((max_bytes_ - other) / bytes_per_block(kind)));
+  if (max_sequences_ > 0 && has_kind(kFull) && has_kind(kWindow)) {  // the window kind's fixed share
+    const auto window_share = std::min<int64_t>(static_cast<int64_t>(max_bytes_ / bytes_per_block(kWindow)),
+                                                max_sequences_ * window_blocks_per_sequence());
+    if (kind == kWindow) return window_share + 1;
+    const size_t left = max_bytes_ - static_cast<size_t>(window_share) * bytes_per_block(kWindow);
+    return std::min<int64_t>(id_limit, static_cast<int64_t>(left / bytes_per_block(kFull)) + 1);
+  }
+  const auto k = static_cast<size_t>(kind);
+  const auto other_kind = static_cast<size_t>(kind == kFull ? kWindow : kFull);
+  const size_t other = static_cast<size_t>(std::max<int64_t>(0, capacity_[other_kind] - 1)) * bytes_per_block(static_cast<int>(other_kind));
+  if (other >= max_bytes_) return std::max<int64_t>(capacity_[k], 1);
+  // + 1: block 0 (padding) is bookkeeping, not the budget's.
+  return std::min<int64_t>(id_limit, static_cast<int64_t>((max_bytes_ - other) / bytes_per_block(kind)) + 1);
 }
 
 int64_t KvPool::available_blocks(int kind) const {

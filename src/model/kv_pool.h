@@ -32,6 +32,11 @@ class KvPool {
   struct Options {
     int block_size = kDefaultBlockSize;  // tokens per block
     size_t max_bytes = 0;                // 0: grows without a cap
+    // With a cap and both kinds, the window kind gets a fixed share: enough for this many
+    // sequences' windows plus one step of `max_step` tokens each; the full kind the rest.
+    // 0: the kinds share the cap as they grow.
+    int max_sequences = 0;
+    int64_t max_step = 0;
   };
 
   KvPool(Backend& backend, const ModelSpec& spec, Options options);
@@ -63,9 +68,10 @@ class KvPool {
 
   // Bytes one block of `kind` takes across its layers (keys and values).
   size_t bytes_per_block(int kind) const;
-  // Bytes of blocks `tokens` positions of one sequence hold, at most (window kinds
-  // count at most `window_rows` rows: the window plus the longest step's tokens).
-  size_t bytes_for(int64_t tokens, int64_t window_rows) const;
+  // Admission counts one kind (the full kind; the window kind in a model without one):
+  // the bytes a sequence of `tokens` positions holds of it at most, and the pool's cap of it.
+  size_t admission_bytes(int64_t tokens) const;
+  size_t admission_capacity() const;
   size_t max_bytes() const { return max_bytes_; }
   void set_max_bytes(size_t bytes) { max_bytes_ = bytes; }
   size_t used_bytes() const;       // blocks held by someone
@@ -78,10 +84,14 @@ class KvPool {
  private:
   bool grow(int kind, int64_t blocks);
   int64_t max_blocks(int kind) const;
+  int admitted_kind() const { return has_kind(kFull) ? kFull : kWindow; }
+  int64_t window_blocks_per_sequence() const;
 
   Backend& backend_;
   int block_size_;
   size_t max_bytes_;
+  int max_sequences_;
+  int64_t max_step_;
   int64_t kv_size_;
   int64_t window_ = 0;
   std::vector<int> layer_kind_;

@@ -45,7 +45,7 @@ EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::
       prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)),
       kv_budget_bytes_(options.kv_budget_bytes) {
   transformer_ = std::make_unique<Transformer>(model_, *backend_,
-                                               KvPool::Options{options.kv_block_size, kv_budget_bytes_});
+                                               KvPool::Options{options.kv_block_size, kv_budget_bytes_, batch_, prefill_chunk_});
   if (!backend_->host_memory()) {  // a GPU reserves its KV memory now, as vLLM does
     if (kv_budget_bytes_ == 0) {   // 90 % of what the weights left, past some working memory
       const size_t free = backend_->free_memory(), working = size_t{4} << 30;
@@ -87,8 +87,10 @@ void EngineWorker::submit(Job job) {
 // The worst case: every block of the sequence its own (lent prefix blocks counted too,
 // so the pool's cap holds whatever the prefix cache lets go of); window layers hold
 // their window plus one prefill chunk.
+size_t EngineWorker::kv_admission_capacity() const { return transformer_->kv_pool().admission_capacity(); }
+
 size_t EngineWorker::kv_bytes(int64_t tokens) const {
-  return transformer_->kv_pool().bytes_for(tokens, transformer_->kv_pool().window() + prefill_chunk_);
+  return transformer_->kv_pool().admission_bytes(tokens);
 }
 
 int64_t EngineWorker::flush_prefix_cache() {
@@ -149,7 +151,8 @@ std::vector<Job> EngineWorker::take_jobs(bool block) {
     // FIFO: the oldest job waits until its KV fits beside the running ones (a job that
     // could never fit was refused with 400 before it was queued).
     const size_t need = kv_bytes(static_cast<int64_t>(queue_.front().prompt.size()) + queue_.front().max_tokens);
-    if (kv_budget_bytes_ > 0 && !running_.empty() && kv_bytes_in_use_ + need > kv_budget_bytes_) break;
+    const size_t capacity = kv_admission_capacity();
+    if (capacity > 0 && !running_.empty() && kv_bytes_in_use_ + need > capacity) break;
     Job job = std::move(queue_.front());
     queue_.pop_front();
     kv_bytes_in_use_ += need;

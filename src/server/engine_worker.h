@@ -48,8 +48,10 @@ class EngineWorker {
   int64_t flush_prefix_cache();
   // KV bytes admission counts for a sequence of `tokens` positions (whole blocks, f32).
   size_t kv_bytes(int64_t tokens) const;
-  // The KV pool's cap (0: none): a request whose kv_bytes exceed it can never run.
+  // The KV pool's cap (0: none), and the part of it kv_bytes are counted against: a
+  // request whose kv_bytes exceed that can never run.
   size_t kv_budget_bytes() const { return kv_budget_bytes_; }
+  size_t kv_admission_capacity() const;
   // Cancels the running jobs (each with an error event) and every queued one.
   void cancel_all(const std::string& reason);
   // Finishes the running jobs, fails the queued ones, joins the thread.

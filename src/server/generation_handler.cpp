@@ -135,7 +135,7 @@ HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
                    prompt_field, "context_length_exceeded");
   const int64_t max_tokens = params.max_tokens.value_or(std::min(config_.default_max_tokens, room));
   const size_t kv_need = engine_.kv_bytes(n_prompt + max_tokens), kv_budget = engine_.kv_budget_bytes();
-  if (kv_budget > 0 && kv_need > kv_budget)
+  if (engine_.kv_admission_capacity() > 0 && kv_need > engine_.kv_admission_capacity())
     throw ApiError(400,
                    fmt::format("the prompt ({} tokens) plus max_tokens ({}) needs {:.2f} GB of KV cache; this server's "
                                "--kv-budget is {:.2f} GB",
