@@ -25,6 +25,7 @@ echo "|---|---|---|---|---|---|---|"
 for p in "$@"; do
   for v in "${variants[@]}"; do
     name=${v%%:*} envs=${v#*:}
+    [ $(( $(date +%s) - t0 )) -lt "${BUDGET_S:-360}" ] || { echo "| $p | $name | skipped (time) | | | | |"; continue; }
     env $envs timeout 90 "$bin/kettle" bench --synthetic "$p" --device cuda -p 512 -g 128 -r 3 --json \
       >"$out/bench-$p-$name.json" 2>"$out/bench-$p-$name.err" || { echo "bench $p $name failed"; tail -3 "$out/bench-$p-$name.err"; }
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('| %s | %s | %.0f | %.1f | %.0f | %.0f | %.1f%% |' % (sys.argv[2], sys.argv[3], j['prefill_tokens_per_second'], j['decode_tokens_per_second'], j['decode_weight_gb_per_second'], j['copy_gb_per_second'], 100*j['decode_fraction_of_copy']))" "$out/bench-$p-$name.json" "$p" "$name" 2>/dev/null
