@@ -45,7 +45,8 @@ void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const flo
                   float* out, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
-void embed(const int32_t* ids, int64_t n, const Bf16* table, int64_t dim, float scale, float* out, cudaStream_t stream);
+void embed(const int32_t* ids, int64_t n, const Bf16* table, int64_t dim, float scale, float* out,
+           cudaStream_t stream);
 
 // ---- activation.cu -----------------------------------------------------------------
 void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,

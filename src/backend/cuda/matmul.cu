@@ -1,11 +1,8 @@
 // Decode matmuls (one token): GEMV over bf16 weights, memory-bound, so each
-// warp streams one output row with 16-byte loads, eight in flight per lane,
-// and several weights (q/k/v; gate/up) share one launch so the grid is large
-// enough to keep HBM busy. Prefill goes to cuBLAS (cuda_backend.cpp); the
-// small conversion and bias kernels it needs live here too.
-#include <cstdlib>
-#include <cstring>
-
+// output row is streamed with 16-byte loads by one warp or a group of warps
+// splitting k, and several weights (q/k/v; gate/up) share one launch so the
+// grid is large enough to keep HBM busy. Prefill goes to cuBLAS
+// (cuda_backend.cpp); the small conversion and bias kernels it needs live here.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -28,12 +25,12 @@ struct GemvBatch {
 // there); the split's partials are added in a fixed order, so results are deterministic.
 template <int R, int S>
 __device__ __forceinline__ bool group_rows_dot(const Bf16Bits* const (&rows)[R], bool valid, const float* x, int k,
-                                               bool triggered, float (&sums)[R]) {
+                                               float (&sums)[R]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slice = warp % S;
   if (valid) {
-    rows_dot_part<R, kRowLoads / R>(rows, x, k, slice * kWarp + lane, S * kWarp, triggered, sums);
+    rows_dot_part<R, kRowLoads / R>(rows, x, k, slice * kWarp + lane, S * kWarp, sums);
   } else {
-    grid_wait(triggered);
+    grid_wait();
 #pragma unroll
     for (int r = 0; r < R; ++r) sums[r] = 0.0f;
   }
@@ -60,8 +57,7 @@ __device__ __forceinline__ bool group_rows_dot(const Bf16Bits* const (&rows)[R],
 
 template <int S>
 __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
-    gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k, bool triggered) {
-  if (triggered) grid_trigger();
+    gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k) {
   const int global_row = blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S;
   const bool valid = global_row < batch.begin[batch.count];
   int t = 0;
@@ -70,7 +66,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
   const int row = global_row - batch.begin[t];
   const Bf16Bits* rows[1] = {valid ? target.w + static_cast<size_t>(row) * k : nullptr};
   float sums[1];
-  if (group_rows_dot<1, S>(rows, valid, x, k, triggered, sums)) {
+  if (group_rows_dot<1, S>(rows, valid, x, k, sums)) {
     const float v = sums[0] + (target.bias != nullptr ? target.bias[row] : 0.0f);
     target.out[row] = batch.accumulate ? target.out[row] + v : v;
   }
@@ -78,114 +74,15 @@ __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
 
 template <int S>
 __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
-    gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k,
-                      bool triggered, float* out) {
-  if (triggered) grid_trigger();
+    gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k, float* out) {
   const int row = blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S;
   const bool valid = row < gate.rows;
   const Bf16Bits* rows[2] = {valid ? gate.w + static_cast<size_t>(row) * k : nullptr,
                              valid ? up.w + static_cast<size_t>(row) * k : nullptr};
   float sums[2];
-  if (group_rows_dot<2, S>(rows, valid, x, k, triggered, sums)) {
+  if (group_rows_dot<2, S>(rows, valid, x, k, sums)) {
     const float g = sums[0] + (gate.bias != nullptr ? gate.bias[row] : 0.0f);
     const float u = sums[1] + (up.bias != nullptr ? up.bias[row] : 0.0f);
-    out[row] = activate(act, g) * u;
-  }
-}
-
-// ---- measurement only: the GEMVs before the split (KETTLE_GEMV=old) ----
-constexpr int kOldWarps = 4;
-constexpr int kOldRowLoads = 8;
-
-template <int R>
-__device__ __forceinline__ void old_rows_dot(const Bf16Bits* const (&w_rows)[R], const float* __restrict__ x, int k,
-                                             int lane, float (&sums)[R]) {
-  constexpr int U = kOldRowLoads / R;
-#pragma unroll
-  for (int r = 0; r < R; ++r) sums[r] = 0.0f;
-  if ((k & 7) != 0 || (reinterpret_cast<uintptr_t>(x) & 15) != 0) {
-    grid_wait();
-    for (int i = lane; i < k; i += kWarp)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        sums[r] = fmaf(__uint_as_float(static_cast<uint32_t>(w_rows[r][i]) << 16), x[i], sums[r]);
-  } else {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    const int chunks = k / 8;
-    uint4 cur[R][U], next[R][U];
-    const auto load = [&](uint4(&dst)[R][U], int c) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int cc = c + u * kWarp;
-          dst[r][u] =
-              cc < chunks ? load_stream(reinterpret_cast<const uint4*>(w_rows[r]) + cc) : make_uint4(0, 0, 0, 0);
-        }
-    };
-    int c = lane;
-    load(cur, c);
-    grid_wait();
-    while (c < chunks) {
-      const int following = c + U * kWarp;
-      if (following < chunks) load(next, following);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int cc = c + u * kWarp;
-        if (cc < chunks) {
-          const float4 a = __ldg(x4 + 2 * cc), b = __ldg(x4 + 2 * cc + 1);
-#pragma unroll
-          for (int r = 0; r < R; ++r) sums[r] += dot8(cur[r][u], a, b);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int u = 0; u < U; ++u) cur[r][u] = next[r][u];
-      c = following;
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) sums[r] = warp_sum(sums[r]);
-}
-
-__global__ void __launch_bounds__(kOldWarps* kWarp)
-    old_gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k) {
-  const int global_row = blockIdx.x * kOldWarps + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (global_row >= batch.begin[batch.count]) {
-    grid_wait();
-    return;
-  }
-  int t = 0;
-  while (t + 1 < batch.count && global_row >= batch.begin[t + 1]) ++t;
-  const GemvTarget& target = batch.target[t];
-  const int row = global_row - batch.begin[t];
-  const Bf16Bits* rows[1] = {target.w + static_cast<size_t>(row) * k};
-  float sums[1];
-  old_rows_dot<1>(rows, x, k, lane, sums);
-  if (lane == 0) {
-    const float v = sums[0] + (target.bias != nullptr ? target.bias[row] : 0.0f);
-    target.out[row] = batch.accumulate ? target.out[row] + v : v;
-  }
-}
-
-__global__ void __launch_bounds__(kOldWarps* kWarp)
-    old_gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k,
-                          float* out) {
-  const int row = blockIdx.x * kOldWarps + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (row >= gate.rows) {
-    grid_wait();
-    return;
-  }
-  const Bf16Bits* rows[2] = {gate.w + static_cast<size_t>(row) * k, up.w + static_cast<size_t>(row) * k};
-  float sums[2];
-  old_rows_dot<2>(rows, x, k, lane, sums);
-  float g = sums[0], u = sums[1];
-  if (lane == 0) {
-    if (gate.bias != nullptr) g += gate.bias[row];
-    if (up.bias != nullptr) u += up.bias[row];
     out[row] = activate(act, g) * u;
   }
 }
@@ -232,30 +129,6 @@ __global__ void add_bias_kernel(float* out, int64_t n, int64_t m, int64_t ldo, c
 
 bool gemv_supported(int64_t k) { return k % 8 == 0 && k <= (int64_t{1} << 30); }
 
-// ---- measurement only: KETTLE_GEMV=old selects the kernels before the split,
-// KETTLE_GEMV_SPLIT=1|2|4 forces the split, KETTLE_PDL_EARLY=0 keeps the late trigger.
-static bool gemv_old() {
-  static const bool old = [] {
-    const char* v = std::getenv("KETTLE_GEMV");
-    return v != nullptr && std::strcmp(v, "old") == 0;
-  }();
-  return old;
-}
-static int gemv_forced_split() {
-  static const int split = [] {
-    const char* v = std::getenv("KETTLE_GEMV_SPLIT");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  return split;
-}
-bool pdl_early() {
-  static const bool early = [] {
-    const char* v = std::getenv("KETTLE_PDL_EARLY");
-    return !gemv_old() && (v == nullptr || std::strcmp(v, "0") != 0);
-  }();
-  return early;
-}
-
 // Warps of the GEMV kernels resident on the whole GPU at once: the launch bounds make the
 // registers allow kGemvMinBlocks blocks per SM (shared memory is a few bytes).
 static int64_t resident_warps() {
@@ -265,11 +138,15 @@ static int64_t resident_warps() {
   return int64_t{sms} * kGemvMinBlocks * kGemvWarps;
 }
 
-// Warps per row: split k only while rows × split warps still fit in one wave, so a matrix
-// with fewer rows than warp slots (o and down of small models) fills the GPU without adding
-// a wave.
-static int gemv_split(int64_t rows) {
-  if (gemv_forced_split() != 0) return gemv_forced_split();
+// Warps per row (H200, 2026-12-02). Deep matrices (k and rows both ≥ 4096: every
+// llama-3.1-8b weight) split 4 ways: more, shorter warps keep more loads in flight (8b
+// decode 215.5 against 210.5 tok/s unsplit, both with dependents launched before the
+// wait, which changed nothing at 8b). Otherwise k is split only while rows × split
+// warps still fit in one wave, so a matrix with fewer rows than warp slots (o and down of
+// llama-3.2-1b) fills the GPU without adding a wave; splitting k = 2048 rows 4 ways leaves
+// two loads per lane (1b decode 934 against 1029 tok/s).
+static int gemv_split(int64_t rows, int64_t k) {
+  if (rows >= 4096 && k >= 4096) return 4;
   static const int64_t resident = resident_warps();
   int split = 1;
   while (split < 4 && rows * split * 2 <= resident) split *= 2;
@@ -279,14 +156,14 @@ static int gemv_split(int64_t rows) {
 template <int S>
 static void launch_gemv(const GemvBatch& batch, const float* x, int k, cudaStream_t stream) {
   launch(gemv_kernel<S>, blocks_for(batch.begin[batch.count], kGemvWarps / S), kGemvWarps * kWarp, 0, stream, batch, x,
-         k, pdl_early());
+         k);
 }
 
 template <int S>
 static void launch_gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
                               float* out, cudaStream_t stream) {
   launch(gemv_gated_kernel<S>, blocks_for(gate.rows, kGemvWarps / S), kGemvWarps * kWarp, 0, stream, gate, up, act, x,
-         k, pdl_early(), out);
+         k, out);
 }
 
 void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, cudaStream_t stream) {
@@ -298,12 +175,7 @@ void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accu
     batch.target[i] = targets[i];
     batch.begin[i + 1] = batch.begin[i] + targets[i].rows;
   }
-  const int rows = batch.begin[count];
-  if (gemv_old()) {
-    launch(old_gemv_kernel, blocks_for(rows, kOldWarps), kOldWarps * kWarp, 0, stream, batch, x, k);
-    return;
-  }
-  switch (gemv_split(rows)) {
+  switch (gemv_split(batch.begin[count], k)) {
     case 1:
       return launch_gemv<1>(batch, x, k, stream);
     case 2:
@@ -315,12 +187,7 @@ void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accu
 
 void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
                 cudaStream_t stream) {
-  if (gemv_old()) {
-    launch(old_gemv_gated_kernel, blocks_for(gate.rows, kOldWarps), kOldWarps * kWarp, 0, stream, gate, up, act, x, k,
-           out);
-    return;
-  }
-  switch (gemv_split(gate.rows)) {
+  switch (gemv_split(gate.rows, k)) {
     case 1:
       return launch_gemv_gated<1>(gate, up, act, x, k, out, stream);
     case 2:

@@ -8,11 +8,10 @@ namespace {
 
 constexpr int kNormThreads = 512;
 
-__global__ void __launch_bounds__(kNormThreads)
-    rms_norm_kernel(const float* x, int64_t dim, int64_t ld, const float* __restrict__ w, float eps, bool add_one,
-                    float* out, int64_t ldo, bool triggered) {
-  if (triggered) grid_trigger();
-  grid_wait(triggered);
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, int64_t dim, int64_t ld,
+                                                                const float* __restrict__ w, float eps, bool add_one,
+                                                                float* out, int64_t ldo) {
+  grid_wait();
   const float* xr = x + blockIdx.x * ld;
   float* o = out + blockIdx.x * ldo;
   float ss = 0.0f;
@@ -22,11 +21,10 @@ __global__ void __launch_bounds__(kNormThreads)
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (add_one ? 1.0f + w[i] : w[i]) * (xr[i] * inv);
 }
 
-__global__ void __launch_bounds__(kNormThreads)
-    add_rms_norm_kernel(float* x, const float* __restrict__ y, int64_t dim, const float* __restrict__ w, float eps,
-                        bool add_one, float* out, bool triggered) {
-  if (triggered) grid_trigger();
-  grid_wait(triggered);
+__global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(float* x, const float* __restrict__ y, int64_t dim,
+                                                                    const float* __restrict__ w, float eps,
+                                                                    bool add_one, float* out) {
+  grid_wait();
   float* xr = x + blockIdx.x * dim;
   const float* yr = y + blockIdx.x * dim;
   float* o = out + blockIdx.x * dim;
@@ -58,22 +56,19 @@ __global__ void embed_kernel(const int32_t* __restrict__ ids, const Bf16Bits* __
   grid_wait();
   const Bf16Bits* row = table + static_cast<int64_t>(ids[blockIdx.x]) * dim;
   float* o = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    o[i] = __uint_as_float(static_cast<uint32_t>(row[i]) << 16) * scale;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = __uint_as_float(static_cast<uint32_t>(row[i]) << 16) * scale;
 }
 
 }  // namespace
 
 void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
               float* out, int64_t ldo, cudaStream_t stream) {
-  launch(rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, dim, ld, w, eps, add_one, out, ldo,
-         pdl_early());
+  launch(rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, dim, ld, w, eps, add_one, out, ldo);
 }
 
 void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const float* w, float eps, bool add_one,
                   float* out, cudaStream_t stream) {
-  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, y, dim, w, eps, add_one, out,
-         pdl_early());
+  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, y, dim, w, eps, add_one, out);
 }
 
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
