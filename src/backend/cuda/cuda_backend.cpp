@@ -435,12 +435,7 @@ class CudaBackend final : public Backend {
     graphs_.clear();
   }
 
-  cuda::GemvNorm gemv_norm(const InputNorm* norm) {
-    if (norm == nullptr) return {};
-    return {f32_data(norm->weight, "norm"), norm->eps, norm->add_one};
-  }
-
-  // x normalised per row into a workspace (the GEMM paths; the GEMVs normalise on the fly).
+  // x normalised per row into a workspace, for the GEMVs and the GEMMs alike.
   const float* normalized(const float* x, int64_t n, int64_t k, const InputNorm& norm) {
     auto* out = static_cast<float*>(grow(normed_ws_, static_cast<size_t>(n * k) * sizeof(float)));
     cuda::rms_norm(x, n, k, k, f32_data(norm.weight, "norm"), norm.eps, norm.add_one, out, k, stream_);
@@ -464,7 +459,7 @@ class CudaBackend final : public Backend {
       for (int i = 0; i < count; ++i)
         gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
                    static_cast<int>(targets[i].w->dim(0))};
-      cuda::gemv(gemv, count, x, static_cast<int>(k), gemv_norm(norm), accumulate, stream_);
+      cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, stream_);
       check_launch("gemv");
       return;
     }
@@ -514,7 +509,7 @@ class CudaBackend final : public Backend {
                                static_cast<int>(gate.w->dim(0))};
       const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
                                static_cast<int>(up.w->dim(0))};
-      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), gemv_norm(norm), out, stream_);
+      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), out, stream_);
       check_launch("gemv_gated");
       return;
     }

@@ -21,20 +21,13 @@ struct GemvTarget {
   int rows = 0;
 };
 constexpr int kMaxGemvTargets = 4;
-// Optional RMSNorm of x applied inside the GEMV (weight nullptr: none).
-struct GemvNorm {
-  const float* weight = nullptr;  // [k]
-  float eps = 0.0f;
-  bool add_one = false;
-};
 bool gemv_supported(int64_t k);  // k a multiple of 8 (16-byte rows)
-// targets[i].out (+)= W_i · norm(x) (+ b_i) for each target, in one launch; accumulate adds
-// into out instead of overwriting it.
-void gemv(const GemvTarget* targets, int count, const float* x, int k, const GemvNorm& norm, bool accumulate,
-          cudaStream_t stream);
-// out[i] = act(gate_i · norm(x) + bg) * (up_i · norm(x) + bu), one launch.
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
-                const GemvNorm& norm, float* out, cudaStream_t stream);
+// targets[i].out (+)= W_i · x (+ b_i) for each target, in one launch; accumulate adds into
+// out instead of overwriting it.
+void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, cudaStream_t stream);
+// out[i] = act(gate_i · x + bg) * (up_i · x + bu), one launch.
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
+                cudaStream_t stream);
 // out[n, k] (dense) = bf16(x[n, k] (stride ldx)): the GEMM's activation operand.
 void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
 // out[2n, k] (dense): rows [0, n) = bf16(x), rows [n, 2n) = bf16(x - bf16(x)).

@@ -1,60 +1,88 @@
 // Decode matmuls (one token): GEMV over bf16 weights, memory-bound, so each
-// warp streams one output row with 16-byte loads, eight in flight per lane,
-// and several weights (q/k/v; gate/up) share one launch so the grid is large
-// enough to keep HBM busy. Prefill goes to cuBLAS (cuda_backend.cpp); the
-// small conversion and bias kernels it needs live here too.
+// output row is streamed with 16-byte loads by one warp or a group of warps
+// splitting k, and several weights (q/k/v; gate/up) share one launch so the
+// grid is large enough to keep HBM busy. Prefill goes to cuBLAS
+// (cuda_backend.cpp); the small conversion and bias kernels it needs live here.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace kettle::cuda {
 namespace {
 
-constexpr int kGemvWarps = 4;  // warps per block, one output row each
+constexpr int kGemvWarps = 8;      // warps per block
+constexpr int kGemvMinBlocks = 4;  // blocks per SM the register budget must allow (64 registers)
 
 struct GemvBatch {
   GemvTarget target[kMaxGemvTargets];
   int begin[kMaxGemvTargets + 1];  // first global row of each target; begin[count] = total
   int count;
-  RowNormArgs norm;
   int accumulate;
 };
 
-__global__ void __launch_bounds__(kGemvWarps * kWarp) gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k) {
-  const int global_row = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (global_row >= batch.begin[batch.count]) {
+// The block's warps form kGemvWarps / S groups of S warps, one output row (R weight rows)
+// per group; the S warps of a group split the row's k, so narrow matrices with few rows
+// still occupy every warp slot. Sums come back on the group's first lane (returns true
+// there); the split's partials are added in a fixed order, so results are deterministic.
+template <int R, int S>
+__device__ __forceinline__ bool group_rows_dot(const Bf16Bits* const (&rows)[R], bool valid, const float* x, int k,
+                                               float (&sums)[R]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slice = warp % S;
+  if (valid) {
+    rows_dot_part<R, kRowLoads / R>(rows, x, k, slice * kWarp + lane, S * kWarp, sums);
+  } else {
     grid_wait();
-    return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) sums[r] = 0.0f;
   }
+#pragma unroll
+  for (int r = 0; r < R; ++r) sums[r] = warp_sum(sums[r]);
+  if constexpr (S == 1) {
+    return valid && lane == 0;
+  } else {
+    __shared__ float partial[R][kGemvWarps];
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < R; ++r) partial[r][warp] = sums[r];
+    __syncthreads();
+    if (!valid || slice != 0 || lane != 0) return false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float total = 0.0f;
+      for (int j = 0; j < S; ++j) total += partial[r][warp + j];
+      sums[r] = total;
+    }
+    return true;
+  }
+}
+
+template <int S>
+__global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
+    gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k) {
+  const int global_row = blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S;
+  const bool valid = global_row < batch.begin[batch.count];
   int t = 0;
   while (t + 1 < batch.count && global_row >= batch.begin[t + 1]) ++t;
   const GemvTarget& target = batch.target[t];
   const int row = global_row - batch.begin[t];
-  const Bf16Bits* rows[1] = {target.w + static_cast<size_t>(row) * k};
+  const Bf16Bits* rows[1] = {valid ? target.w + static_cast<size_t>(row) * k : nullptr};
   float sums[1];
-  rows_dot<1>(rows, x, k, lane, sums, batch.norm);
-  if (lane == 0) {
+  if (group_rows_dot<1, S>(rows, valid, x, k, sums)) {
     const float v = sums[0] + (target.bias != nullptr ? target.bias[row] : 0.0f);
     target.out[row] = batch.accumulate ? target.out[row] + v : v;
   }
 }
 
-__global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k,
-                      RowNormArgs norm, float* out) {
-  const int row = blockIdx.x * kGemvWarps + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (row >= gate.rows) {
-    grid_wait();
-    return;
-  }
-  const Bf16Bits* rows[2] = {gate.w + static_cast<size_t>(row) * k, up.w + static_cast<size_t>(row) * k};
+template <int S>
+__global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
+    gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k, float* out) {
+  const int row = blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S;
+  const bool valid = row < gate.rows;
+  const Bf16Bits* rows[2] = {valid ? gate.w + static_cast<size_t>(row) * k : nullptr,
+                             valid ? up.w + static_cast<size_t>(row) * k : nullptr};
   float sums[2];
-  rows_dot<2>(rows, x, k, lane, sums, norm);
-  float g = sums[0], u = sums[1];
-  if (lane == 0) {
-    if (gate.bias != nullptr) g += gate.bias[row];
-    if (up.bias != nullptr) u += up.bias[row];
+  if (group_rows_dot<2, S>(rows, valid, x, k, sums)) {
+    const float g = sums[0] + (gate.bias != nullptr ? gate.bias[row] : 0.0f);
+    const float u = sums[1] + (up.bias != nullptr ? up.bias[row] : 0.0f);
     out[row] = activate(act, g) * u;
   }
 }
@@ -101,12 +129,45 @@ __global__ void add_bias_kernel(float* out, int64_t n, int64_t m, int64_t ldo, c
 
 bool gemv_supported(int64_t k) { return k % 8 == 0 && k <= (int64_t{1} << 30); }
 
-static RowNormArgs row_norm(const GemvNorm& norm) { return {norm.weight, norm.eps, norm.add_one ? 1 : 0}; }
+// Warps of the GEMV kernels resident on the whole GPU at once: the launch bounds make the
+// registers allow kGemvMinBlocks blocks per SM (shared memory is a few bytes).
+static int64_t resident_warps() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return int64_t{sms} * kGemvMinBlocks * kGemvWarps;
+}
 
-void gemv(const GemvTarget* targets, int count, const float* x, int k, const GemvNorm& norm, bool accumulate,
-          cudaStream_t stream) {
+// Warps per row (H200, 2026-12-02). Deep matrices (k and rows both ≥ 4096: every
+// llama-3.1-8b weight) split 4 ways: more, shorter warps keep more loads in flight (8b
+// decode 215.5 against 210.5 tok/s unsplit, both with dependents launched before the
+// wait, which changed nothing at 8b). Otherwise k is split only while rows × split
+// warps still fit in one wave, so a matrix with fewer rows than warp slots (o and down of
+// llama-3.2-1b) fills the GPU without adding a wave; splitting k = 2048 rows 4 ways leaves
+// two loads per lane (1b decode 934 against 1029 tok/s).
+static int gemv_split(int64_t rows, int64_t k) {
+  if (rows >= 4096 && k >= 4096) return 4;
+  static const int64_t resident = resident_warps();
+  int split = 1;
+  while (split < 4 && rows * split * 2 <= resident) split *= 2;
+  return split;
+}
+
+template <int S>
+static void launch_gemv(const GemvBatch& batch, const float* x, int k, cudaStream_t stream) {
+  launch(gemv_kernel<S>, blocks_for(batch.begin[batch.count], kGemvWarps / S), kGemvWarps * kWarp, 0, stream, batch, x,
+         k);
+}
+
+template <int S>
+static void launch_gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
+                              float* out, cudaStream_t stream) {
+  launch(gemv_gated_kernel<S>, blocks_for(gate.rows, kGemvWarps / S), kGemvWarps * kWarp, 0, stream, gate, up, act, x,
+         k, out);
+}
+
+void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, cudaStream_t stream) {
   GemvBatch batch{};
-  batch.norm = row_norm(norm);
   batch.accumulate = accumulate ? 1 : 0;
   batch.count = count;
   batch.begin[0] = 0;
@@ -114,13 +175,26 @@ void gemv(const GemvTarget* targets, int count, const float* x, int k, const Gem
     batch.target[i] = targets[i];
     batch.begin[i + 1] = batch.begin[i] + targets[i].rows;
   }
-  launch(gemv_kernel, blocks_for(batch.begin[count], kGemvWarps), kGemvWarps * kWarp, 0, stream, batch, x, k);
+  switch (gemv_split(batch.begin[count], k)) {
+    case 1:
+      return launch_gemv<1>(batch, x, k, stream);
+    case 2:
+      return launch_gemv<2>(batch, x, k, stream);
+    default:
+      return launch_gemv<4>(batch, x, k, stream);
+  }
 }
 
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
-                const GemvNorm& norm, float* out, cudaStream_t stream) {
-  launch(gemv_gated_kernel, blocks_for(gate.rows, kGemvWarps), kGemvWarps * kWarp, 0, stream, gate, up, act, x, k,
-         row_norm(norm), out);
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
+                cudaStream_t stream) {
+  switch (gemv_split(gate.rows, k)) {
+    case 1:
+      return launch_gemv_gated<1>(gate, up, act, x, k, out, stream);
+    case 2:
+      return launch_gemv_gated<2>(gate, up, act, x, k, out, stream);
+    default:
+      return launch_gemv_gated<4>(gate, up, act, x, k, out, stream);
+  }
 }
 
 void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream) {
@@ -128,7 +202,8 @@ void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaS
 }
 
 void to_bf16_split(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream) {
-  launch(to_bf16_split_kernel, blocks_for(n * k, 256), 256, 0, stream, x, n, k, ldx, reinterpret_cast<__nv_bfloat16*>(out));
+  launch(to_bf16_split_kernel, blocks_for(n * k, 256), 256, 0, stream, x, n, k, ldx,
+         reinterpret_cast<__nv_bfloat16*>(out));
 }
 
 void sum_halves(const float* wide, int64_t n, int64_t m, const float* bias, float* out, int64_t ldo, bool accumulate,
