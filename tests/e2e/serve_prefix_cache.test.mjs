@@ -76,3 +76,24 @@ test('POST /admin/cache/flush empties the cache: the next shared prompt is a mis
   const r = await ask(cached, messages, { max_tokens: 2 });
   assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
 });
+
+test('a running request lends its prompt blocks: a concurrent one shares them (fan-out); /stats shows KV blocks', async () => {
+  const messages = (q) => [{ role: 'system', content: `(fan-out) ${system}` }, { role: 'user', content: q }];
+  // The first request streams long; once its first token arrives its prompt is prefilled and lent.
+  const first = await openai(cached).chat.completions.create(
+    { messages: messages('What is a kettle?'), max_tokens: 200, temperature: 0, ignore_eos: true, stream: true,
+      stream_options: { include_usage: true } });
+  const it = first[Symbol.asyncIterator]();
+  await it.next();
+  const during = (await (await fetch(`${cached.base}/stats`)).json());
+  assert.equal(during.requests.running, 1);
+  assert.ok(during.kv.blocks_used > 0 && during.kv.block_size === 16, JSON.stringify(during.kv));
+  const second = await ask(cached, messages('What is a pan?'));
+  const still = (await (await fetch(`${cached.base}/stats`)).json()).requests.running;
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens >= 64, JSON.stringify(second.usage));
+  const reference = await ask(plain, messages('What is a pan?'));
+  assert.equal(second.choices[0].message.content, reference.choices[0].message.content);
+  let n = 0;
+  for (let r = await it.next(); !r.done; r = await it.next()) n += r.value.choices[0]?.delta?.content ? 1 : 0;
+  assert.ok(still >= 1 || n > 0, 'the first request was still running when the second was served');
+});
