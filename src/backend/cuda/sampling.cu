@@ -82,10 +82,13 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }
 
 // ---- SampleRow's rule -------------------------------------------------------------------
-constexpr int kSampleThreads = 1024;
-constexpr int kDigitBits = 11;  // radix digits of the 32-bit order key: 11 + 11 + 10 bits
+constexpr int kSampleThreads = 512;
+constexpr int kSampleWarps = kSampleThreads / kWarp;
+constexpr int kDigitBits = 8;  // radix digits of the 32-bit order key, most significant first
 constexpr int kBins = 1 << kDigitBits;
-constexpr int kLevels = 3;
+constexpr int kLevels = 32 / kDigitBits;
+// Per-warp histograms (dynamic shared memory): [warps][bins] masses, then [warps][bins] counts.
+constexpr size_t kWarpHistogramBytes = size_t{kSampleWarps} * kBins * (sizeof(unsigned long long) + sizeof(unsigned));
 constexpr double kFixedOne = 8796093022208.0;  // 2^43: a weight ≤ 1 in mass units; 2^20 of them fit 63 bits
 constexpr int kPartBits = 21;                  // a weight's three 21-bit parts sum over a warp without overflow
 
@@ -156,15 +159,18 @@ struct RowView {
 };
 
 // Counts and masses per digit of the keys that match `prefix` on the bits above the digit.
-// Lanes of a warp landing in one bin add once (match + reduce), so concentrated rows do
-// not serialise on a few shared-memory atomics.
+// Lanes of a warp landing in one bin add once (match + reduce) into the warp's own
+// histogram, so concentrated rows (most keys in a few bins) need no atomics at all.
 __device__ void histogram(const RowView& row, uint32_t prefix, uint32_t mask, int shift, int bins, SampleShared& sh) {
-  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
-    sh.h_count[b] = 0;
-    sh.h_mass[b] = 0;
-  }
-  __syncthreads();
+  extern __shared__ unsigned long long warp_hist[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  unsigned long long* w_mass = warp_hist + warp * kBins;
+  unsigned* w_count = reinterpret_cast<unsigned*>(warp_hist + kSampleWarps * kBins) + warp * kBins;
+  for (int b = lane; b < bins; b += kWarp) {
+    w_count[b] = 0;
+    w_mass[b] = 0;
+  }
+  __syncwarp();
   for (int base = warp * kWarp; base < row.vocab; base += kSampleThreads) {  // uniform per warp
     const int i = base + lane;
     bool in = false;
@@ -186,12 +192,24 @@ __device__ void histogram(const RowView& row, uint32_t prefix, uint32_t mask, in
       const unsigned p0 = __reduce_add_sync(peers, static_cast<unsigned>(w) & part_mask);
       const unsigned p1 = __reduce_add_sync(peers, static_cast<unsigned>(w >> kPartBits) & part_mask);
       const unsigned p2 = __reduce_add_sync(peers, static_cast<unsigned>(w >> (2 * kPartBits)));
-      if (lane == __ffs(peers) - 1) {
-        atomicAdd(&sh.h_count[bin], static_cast<unsigned>(__popc(peers)));
-        atomicAdd(&sh.h_mass[bin], (static_cast<unsigned long long>(p2) << (2 * kPartBits)) +
-                                       (static_cast<unsigned long long>(p1) << kPartBits) + p0);
+      if (lane == __ffs(peers) - 1) {  // leaders hold distinct bins
+        w_count[bin] += static_cast<unsigned>(__popc(peers));
+        w_mass[bin] += (static_cast<unsigned long long>(p2) << (2 * kPartBits)) +
+                       (static_cast<unsigned long long>(p1) << kPartBits) + p0;
       }
     }
+    __syncwarp();  // the next leader of a bin sees this one's update
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    unsigned count = 0;
+    unsigned long long mass = 0;
+    for (int w = 0; w < kSampleWarps; ++w) {
+      count += reinterpret_cast<const unsigned*>(warp_hist + kSampleWarps * kBins)[w * kBins + b];
+      mass += warp_hist[w * kBins + b];
+    }
+    sh.h_count[b] = count;
+    sh.h_mass[b] = mass;
   }
   __syncthreads();
 }
@@ -208,34 +226,29 @@ __device__ Selected select(const RowView& row, bool by_count, unsigned long long
   uint32_t mask = 0;
   int shift = 32;
   for (int level = 0; level < kLevels; ++level) {
-    const int bits = level < kLevels - 1 ? kDigitBits : 32 - (kLevels - 1) * kDigitBits;
-    shift -= bits;
-    const int bins = 1 << bits;
+    shift -= kDigitBits;
+    const int bins = kBins;
     __syncthreads();  // sh.prefix is written
     const uint32_t prefix = sh.prefix;
     const Acc above{sh.count_above, sh.mass_above};
     histogram(row, prefix, mask, shift, bins, sh);
-    // Scan the bins from the largest key down: thread t holds scan positions 2t and 2t + 1.
-    Acc items[2], before[2];
-    for (int k = 0; k < 2; ++k) {
-      const int pos = 2 * static_cast<int>(threadIdx.x) + k;
-      items[k] = pos < bins ? Acc{sh.h_count[bins - 1 - pos], sh.h_mass[bins - 1 - pos]} : Acc{0, 0};
-    }
-    cub::BlockScan<Acc, kSampleThreads>(sh.cub.scan_acc).ExclusiveScan(items, before, Acc{0, 0}, AccSum{});
+    // Scan the bins from the largest key down: thread t holds scan position t.
+    const int pos = static_cast<int>(threadIdx.x);
+    const Acc item = pos < bins ? Acc{sh.h_count[bins - 1 - pos], sh.h_mass[bins - 1 - pos]} : Acc{0, 0};
+    Acc before;
+    cub::BlockScan<Acc, kSampleThreads>(sh.cub.scan_acc).ExclusiveScan(item, before, Acc{0, 0}, AccSum{});
     const auto reached = [&](Acc a) { return a.count > 0 && (by_count ? a.count : a.mass) >= target; };
     if (threadIdx.x == 0) sh.found = 0;
     __syncthreads();
-    for (int k = 0; k < 2; ++k) {
-      const int pos = 2 * static_cast<int>(threadIdx.x) + k;
-      if (pos >= bins) continue;
-      const Acc excl = above + before[k], incl = excl + items[k];
+    if (pos < bins) {
+      const Acc excl = above + before, incl = excl + item;
       if (reached(incl) && !reached(excl)) {  // exactly one bin, or none at the first level
         const uint32_t bin = static_cast<uint32_t>(bins - 1 - pos);
         sh.prefix = prefix | (bin << shift);
         sh.count_above = excl.count;
         sh.mass_above = excl.mass;
-        sh.bin_count = static_cast<unsigned>(items[k].count);
-        sh.bin_mass = items[k].mass;
+        sh.bin_count = static_cast<unsigned>(item.count);
+        sh.bin_mass = item.mass;
         sh.found = 1;
       }
     }
@@ -380,7 +393,10 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleR
                  void* argmax_workspace, cudaStream_t stream) {
   if (rows == 0) return;
   argmax_rows(logits, rows, vocab, out, argmax_workspace, stream);  // every row; sampled rows are overwritten
-  launch(sample_kernel, dim3(static_cast<unsigned>(rows)), kSampleThreads, 0, stream, logits, vocab, params, out);
+  cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(kWarpHistogramBytes));
+  launch(sample_kernel, dim3(static_cast<unsigned>(rows)), kSampleThreads, kWarpHistogramBytes, stream, logits, vocab,
+         params, out);
 }
 
 }  // namespace kettle::cuda
