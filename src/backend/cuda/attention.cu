@@ -3,12 +3,14 @@
 // share a KV head (GQA: the K/V rows are read once for the group), keeping an
 // online softmax (running max, sum, weighted V) per warp; a second kernel
 // merges the chunks. One chunk only: the block writes the output directly.
-// Query t sees keys [0, positions[t]] (its sliding window when set), with
-// Gemma-2 score softcapping; scores and softmax in f32.
+// Query t sees its sequence's logical rows [0, positions[t]] (its sliding
+// window when set), read through its own block table (paged KV, any table
+// stride), with Gemma-2 score softcapping; scores and softmax in f32.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/paging.cuh"
 
 namespace kettle::cuda {
 namespace {
@@ -22,8 +24,7 @@ int chunk_keys(int64_t) { return 256; }
 
 template <int G, int D>
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
-    attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, const float* __restrict__ k_cache,
-                           const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
+    attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, Pages kv, const int32_t* __restrict__ positions,
                            AttentionParams p, int chunk, int splits, float* out, int64_t ldo, float* partial,
                            unsigned* arrivals) {
   grid_wait();
@@ -52,19 +53,21 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       acc[g][i] = 0.0f;
     }
   }
-  const float* k_base = k_cache + static_cast<int64_t>(kvh) * hd;
-  const float* v_base = v_cache + static_cast<int64_t>(kvh) * hd;
+  const float* k_base = kv.k + static_cast<int64_t>(kvh) * hd;
+  const float* v_base = kv.v + static_cast<int64_t>(kvh) * hd;
+  const int32_t* table = kv.table(t);
   for (int64_t j0 = begin + warp * kKeysPerIter; j0 < end; j0 += kAttnWarps * kKeysPerIter) {
     float kr[kKeysPerIter][D], vr[kKeysPerIter][D];
 #pragma unroll
     for (int u = 0; u < kKeysPerIter; ++u) {
       const int64_t j = j0 + u;
+      const int64_t row = j < end ? kv.row(table, static_cast<int>(j)) * kv.ld : 0;
 #pragma unroll
       for (int i = 0; i < D; ++i) {
         const int d = lane + i * kWarp;
         const bool ok = j < end && d < hd;
-        kr[u][i] = ok ? k_base[j * ld_kv + d] : 0.0f;
-        vr[u][i] = ok ? v_base[j * ld_kv + d] : 0.0f;
+        kr[u][i] = ok ? k_base[row + d] : 0.0f;
+        vr[u][i] = ok ? v_base[row + d] : 0.0f;
       }
     }
 #pragma unroll
@@ -165,9 +168,9 @@ int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParam
   return splits > 1 ? n * p.n_heads * splits * (p.head_dim + 2) : 0;
 }
 
-void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
-               const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
-               float* partial, unsigned* arrivals, cudaStream_t stream) {
+void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t max_kv,
+               const AttentionParams& p, float* out, int64_t ldo, float* partial, unsigned* arrivals,
+               cudaStream_t stream) {
   if (n == 0) return;
   const int chunk = chunk_keys(n);
   const int splits = static_cast<int>(std::max<int64_t>(1, (max_kv + chunk - 1) / chunk));
@@ -176,8 +179,8 @@ void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, con
   const int threads = kAttnWarps * kWarp;
   const int d = p.head_dim <= 32 ? 1 : p.head_dim <= 64 ? 2 : p.head_dim <= 128 ? 4 : 8;
   const auto run = [&](auto kernel) {
-    launch(kernel, grid, threads, 0, stream, q, ldq, k_cache, v_cache, ld_kv, positions, p, chunk, splits, out, ldo,
-           partial, arrivals);
+    launch(kernel, grid, threads, 0, stream, q, ldq, pages_of(kv), positions, p, chunk, splits, out, ldo, partial,
+           arrivals);
   };
 #define KETTLE_ATTENTION_CASE(G)                                \
   case G:                                                       \

@@ -3,9 +3,11 @@
 // owns one key of the tile for the scores (no shuffles per key) and head
 // dims for P·V; online softmax per query, as in FlashAttention (Dao et al.
 // 2022) but on f32 CUDA cores. Causal by position (read from device
-// memory), sliding window, Gemma-2 softcapping. head_dim ≤ 128.
+// memory), sliding window, Gemma-2 softcapping. head_dim ≤ 128. All queries
+// belong to one sequence: each tile's pool rows come from the one block table.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/paging.cuh"
 
 namespace kettle::cuda {
 namespace {
@@ -18,15 +20,15 @@ constexpr int kMaxPrefillHeadDim = 128;
 
 template <int D>  // head dims per lane (head_dim ≤ 32 D)
 __global__ void __launch_bounds__(kPrefillWarps* kWarp)
-    attention_prefill_kernel(const float* __restrict__ q, int64_t n, int64_t ldq, const float* __restrict__ k_cache,
-                             const float* __restrict__ v_cache, int64_t ld_kv, const int32_t* __restrict__ positions,
-                             AttentionParams p, float* out, int64_t ldo) {
+    attention_prefill_kernel(const float* __restrict__ q, int64_t n, int64_t ldq, Pages kv,
+                             const int32_t* __restrict__ positions, AttentionParams p, float* out, int64_t ldo) {
   grid_wait();
   __shared__ float qs[kQueryTile][kMaxPrefillHeadDim];
   __shared__ float ks[kTile][kMaxPrefillHeadDim + 1];  // +1: lanes read a column, not one bank
   __shared__ float vs[kTile][kMaxPrefillHeadDim];
   __shared__ float ps[kPrefillWarps][kQueriesPerWarp][kTile];
   __shared__ int tile_range[2];
+  __shared__ int64_t tile_rows[kTile];  // pool row offsets (row * ld) of the tile's keys
   const int hd = p.head_dim, head = blockIdx.y;
   const int kvh = head / (p.n_heads / p.n_kv_heads);
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kQueryTile;
@@ -62,14 +64,20 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
   }
 
   const int first_key = tile_range[0] / kTile * kTile, last_key = tile_range[1];
+  const int32_t* table = kv.table(0);
+  const int64_t head_offset = static_cast<int64_t>(kvh) * hd;
   for (int k0 = first_key; k0 <= last_key; k0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
+    if (threadIdx.x < kTile) {
+      const int j = k0 + static_cast<int>(threadIdx.x);
+      tile_rows[threadIdx.x] = j <= last_key ? kv.row(table, j) * kv.ld + head_offset : -1;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < kTile * hd; i += blockDim.x) {
       const int r = i / hd, d = i % hd;
-      const int64_t j = k0 + r;
-      const bool ok = j <= last_key;
-      ks[r][d] = ok ? k_cache[j * ld_kv + static_cast<int64_t>(kvh) * hd + d] : 0.0f;
-      vs[r][d] = ok ? v_cache[j * ld_kv + static_cast<int64_t>(kvh) * hd + d] : 0.0f;
+      const int64_t row = tile_rows[r];
+      ks[r][d] = row >= 0 ? kv.k[row + d] : 0.0f;
+      vs[r][d] = row >= 0 ? kv.v[row + d] : 0.0f;
     }
     __syncthreads();
     // Scores: lane = key k0 + lane, for this warp's queries.
@@ -127,19 +135,21 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
 
 }  // namespace
 
-bool attention_prefill_supported(const AttentionParams& p) { return p.head_dim <= kMaxPrefillHeadDim; }
+bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv) {
+  return p.head_dim <= kMaxPrefillHeadDim && kv.table_stride == 0;
+}
 
-void attention_prefill(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache,
-                       int64_t ld_kv, const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo,
-                       cudaStream_t stream) {
+void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+                       const AttentionParams& p, float* out, int64_t ldo, cudaStream_t stream) {
+  const Pages pages = pages_of(kv);
   const dim3 grid(blocks_for(n, kQueryTile), static_cast<unsigned>(p.n_heads));
   const int threads = kPrefillWarps * kWarp;
   if (p.head_dim <= 32)
-    launch(attention_prefill_kernel<1>, grid, threads, 0, stream, q, n, ldq, k_cache, v_cache, ld_kv, positions, p, out, ldo);
+    launch(attention_prefill_kernel<1>, grid, threads, 0, stream, q, n, ldq, pages, positions, p, out, ldo);
   else if (p.head_dim <= 64)
-    launch(attention_prefill_kernel<2>, grid, threads, 0, stream, q, n, ldq, k_cache, v_cache, ld_kv, positions, p, out, ldo);
+    launch(attention_prefill_kernel<2>, grid, threads, 0, stream, q, n, ldq, pages, positions, p, out, ldo);
   else
-    launch(attention_prefill_kernel<4>, grid, threads, 0, stream, q, n, ldq, k_cache, v_cache, ld_kv, positions, p, out, ldo);
+    launch(attention_prefill_kernel<4>, grid, threads, 0, stream, q, n, ldq, pages, positions, p, out, ldo);
 }
 
 }  // namespace kettle::cuda

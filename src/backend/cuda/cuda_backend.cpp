@@ -291,10 +291,11 @@ class CudaBackend final : public Backend {
   }
 
   void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& l, const int32_t* positions,
-                      const RopeParams& rope, float* q_out, float* k_cache, float* v_cache) override {
+                      const RopeParams& rope, float* q_out, const KvPages& kv) override {
+    check_pages(kv, "qkv_rope_store");
     cuda::qkv_rope_store(qkv, n, ld, l.n_heads, l.n_kv_heads, l.head_dim, f32_data(l.q_norm, "qkv_rope_store"),
                          f32_data(l.k_norm, "qkv_rope_store"), l.norm_eps, l.norm_add_one, positions, rope.inv_freq,
-                         rope.rotary_dim, rope.attention_factor, q_out, k_cache, v_cache, stream_);
+                         rope.rotary_dim, rope.attention_factor, q_out, kv, stream_);
     check_launch("qkv_rope_store");
   }
 
@@ -304,12 +305,13 @@ class CudaBackend final : public Backend {
     check_launch("gated_activation");
   }
 
-  void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
-                 const int32_t* positions, int64_t max_kv, const AttentionParams& params, float* out,
-                 int64_t ldo) override {
+  void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t max_kv,
+                 const AttentionParams& params, float* out, int64_t ldo) override {
     if (params.head_dim > 256) fail(ErrorCategory::kUnsupported, "cuda attention: head_dim {} > 256", params.head_dim);
-    if (n > kPrefillQueries && cuda::attention_prefill_supported(params)) {
-      cuda::attention_prefill(q, n, ldq, k_cache, v_cache, ld_kv, positions, params, out, ldo, stream_);
+    check_pages(kv, "attention");
+    // The tiled kernel shares K/V tiles between the queries of one sequence (one table).
+    if (n > kPrefillQueries && cuda::attention_prefill_supported(params, kv)) {
+      cuda::attention_prefill(q, n, ldq, kv, positions, params, out, ldo, stream_);
       check_launch("attention_prefill");
       return;
     }
@@ -319,7 +321,7 @@ class CudaBackend final : public Backend {
     const size_t before = attention_arrivals_.bytes;
     auto* arrivals = static_cast<unsigned*>(grow(attention_arrivals_, static_cast<size_t>(n * params.n_heads) * sizeof(unsigned)));
     if (attention_arrivals_.bytes != before) check(cudaMemsetAsync(arrivals, 0, attention_arrivals_.bytes, stream_), "cudaMemsetAsync");
-    cuda::attention(q, n, ldq, k_cache, v_cache, ld_kv, positions, max_kv, params, out, ldo, partial, arrivals, stream_);
+    cuda::attention(q, n, ldq, kv, positions, max_kv, params, out, ldo, partial, arrivals, stream_);
     check_launch("attention");
   }
 
@@ -334,6 +336,15 @@ class CudaBackend final : public Backend {
     if (argmax_ws_.bytes != before) check(cudaMemsetAsync(ws, 0, argmax_ws_.bytes, stream_), "cudaMemsetAsync");
     cuda::argmax_rows(logits, rows, vocab, ids, ws, stream_);
     check_launch("argmax");
+  }
+
+  void sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids) override {
+    if (rows == 0) return;
+    const size_t before = argmax_ws_.bytes;
+    void* ws = grow(argmax_ws_, static_cast<size_t>(cuda::argmax_workspace_bytes(rows)) + 16);
+    if (argmax_ws_.bytes != before) check(cudaMemsetAsync(ws, 0, argmax_ws_.bytes, stream_), "cudaMemsetAsync");
+    cuda::sample_rows(logits, rows, vocab, params, ids, ws, stream_);
+    check_launch("sample");
   }
 
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router, const std::vector<ExpertWeights>& experts,
@@ -529,6 +540,12 @@ class CudaBackend final : public Backend {
                        CUDA_R_16BF, static_cast<int>(k), accumulate ? &one : &zero, out, CUDA_R_32F, static_cast<int>(ldo),
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
+  }
+
+  static void check_pages(const KvPages& kv, const char* op) {
+    if (kv.block_size <= 0 || kv.tables == nullptr || kv.table_stride < 0)
+      fail(ErrorCategory::kInternal, "cuda {}: KvPages needs block_size > 0 (got {}), a block table and table_stride >= 0",
+           op, kv.block_size);
   }
 
   // Device table [gate pointers | up pointers | down pointers] for one layer's experts.

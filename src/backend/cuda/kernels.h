@@ -55,24 +55,26 @@ void gated_activation(const float* gate, const float* up, int64_t n, int64_t wid
 // ---- rope.cu -----------------------------------------------------------------------
 void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
           const float* inv_freq, int rotary_dim, float attention_factor, cudaStream_t stream);
+// k and v of token t go to its sequence's logical row positions[t] in kv (KvPages).
 void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
                     const float* q_norm, const float* k_norm, float eps, bool add_one, const int32_t* positions,
-                    const float* inv_freq, int rotary_dim, float attention_factor, float* q_out, float* k_cache,
-                    float* v_cache, cudaStream_t stream);
+                    const float* inv_freq, int rotary_dim, float attention_factor, float* q_out, const KvPages& kv,
+                    cudaStream_t stream);
 
 // ---- attention.cu --------------------------------------------------------------------
 // Floats of per-chunk partial results attention() needs for these sizes; arrivals: n *
 // n_heads counters, zero before the first call (each call leaves them zero).
 int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParams& p);
-void attention(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache, int64_t ld_kv,
-               const int32_t* positions, int64_t max_kv, const AttentionParams& p, float* out, int64_t ldo,
-               float* partial, unsigned* arrivals, cudaStream_t stream);
+// Query t reads its keys through its block table (KvPages); any table_stride.
+void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t max_kv,
+               const AttentionParams& p, float* out, int64_t ldo, float* partial, unsigned* arrivals,
+               cudaStream_t stream);
 
-// ---- attention_prefill.cu: many queries (head_dim ≤ 128) ---------------------------------
-bool attention_prefill_supported(const AttentionParams& p);
-void attention_prefill(const float* q, int64_t n, int64_t ldq, const float* k_cache, const float* v_cache,
-                       int64_t ld_kv, const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo,
-                       cudaStream_t stream);
+// ---- attention_prefill.cu: many queries of one sequence (head_dim ≤ 128) ------------------
+// Only for kv.table_stride == 0: every query reads the one block table at kv.tables.
+bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv);
+void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+                       const AttentionParams& p, float* out, int64_t ldo, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------------
 // Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
@@ -92,5 +94,10 @@ void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, cons
 // where it matters).
 int64_t argmax_workspace_bytes(int64_t rows);
 void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, void* workspace, cudaStream_t stream);
+// SampleRow's rule per row (params: device [rows]): greedy rows through argmax_rows (same
+// workspace), the others by one block each, radix-selecting the sorted positions the rule
+// needs instead of sorting the row. No host sync.
+void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* out,
+                 void* argmax_workspace, cudaStream_t stream);
 
 }  // namespace kettle::cuda

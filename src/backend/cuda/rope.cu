@@ -1,10 +1,11 @@
 // RoPE (HF rotate_half layout, angles as float32 position × float32 inv_freq,
 // as torch computes them) and the fused step after the q/k/v projection:
 // per-head q/k RMSNorm, rotation, q to its buffer, k and v into the cache row
-// of the token's position (read from device memory, so a recorded step can
-// be replayed at the next position).
+// of the token's position through its block table (positions and tables are
+// read from device memory, so a recorded step can be replayed at the next position).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/paging.cuh"
 
 namespace kettle::cuda {
 namespace {
@@ -32,18 +33,18 @@ __global__ void __launch_bounds__(kHeadThreads)
     qkv_rope_store_kernel(const float* __restrict__ qkv, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
                           const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps, bool add_one,
                           const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int half,
-                          float attention_factor, float* q_out, float* k_cache, float* v_cache) {
+                          float attention_factor, float* q_out, Pages kv) {
   grid_wait();
   __shared__ float head[kMaxHeadDim];
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
   const int64_t pos = positions[t];
-  const int64_t kvs = static_cast<int64_t>(n_kv_heads) * head_dim;
   const bool is_q = h < n_heads, is_k = !is_q && h < n_heads + n_kv_heads;
   const float* src = qkv + t * ld + static_cast<int64_t>(h) * head_dim;  // [q | k | v] heads are contiguous
+  const int64_t slot = is_q ? 0 : kv.row(kv.table(t), static_cast<int>(pos)) * kv.ld;
   float* dst = is_q   ? q_out + (t * n_heads + h) * head_dim
-               : is_k ? k_cache + pos * kvs + static_cast<int64_t>(h - n_heads) * head_dim
-                      : v_cache + pos * kvs + static_cast<int64_t>(h - n_heads - n_kv_heads) * head_dim;
+               : is_k ? kv.k + slot + static_cast<int64_t>(h - n_heads) * head_dim
+                      : kv.v + slot + static_cast<int64_t>(h - n_heads - n_kv_heads) * head_dim;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = src[i];
   const float* norm = is_q ? q_norm : is_k ? k_norm : nullptr;
   if (norm != nullptr) {  // uniform per block
@@ -81,13 +82,13 @@ void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, con
 
 void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
                     const float* q_norm, const float* k_norm, float eps, bool add_one, const int32_t* positions,
-                    const float* inv_freq, int rotary_dim, float attention_factor, float* q_out, float* k_cache,
-                    float* v_cache, cudaStream_t stream) {
+                    const float* inv_freq, int rotary_dim, float attention_factor, float* q_out, const KvPages& kv,
+                    cudaStream_t stream) {
   if (n == 0) return;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads + 2 * n_kv_heads));
   launch(qkv_rope_store_kernel, grid, kHeadThreads, 0, stream, qkv, ld, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps,
                                                            add_one, positions, inv_freq, rotary_dim / 2,
-                                                           attention_factor, q_out, k_cache, v_cache);
+                                                           attention_factor, q_out, pages_of(kv));
 }
 
 }  // namespace kettle::cuda

@@ -1,0 +1,47 @@
+// The paged KV cache (KvPages) as kernels see it: a logical row of a query's
+// sequence mapped to its pool row through the query's block table, with a
+// shift instead of a division when the block size is a power of two.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace kettle::cuda {
+
+struct Pages {
+  float* k = nullptr;  // [pool rows, ld]
+  float* v = nullptr;
+  int64_t ld = 0;
+  const int32_t* tables = nullptr;  // device memory
+  int64_t table_stride = 0;
+  int block_size = 1;
+  int shift = -1;  // log2(block_size) when a power of two, else -1
+
+  // The block table of query (or token) t.
+  __device__ __forceinline__ const int32_t* table(int64_t t) const { return tables + t * table_stride; }
+  // Pool row of logical row `row` under `table`.
+  __device__ __forceinline__ int64_t row(const int32_t* table, int row) const {
+    if (shift >= 0) return (static_cast<int64_t>(__ldg(table + (row >> shift))) << shift) | (row & (block_size - 1));
+    return static_cast<int64_t>(__ldg(table + row / block_size)) * block_size + row % block_size;
+  }
+};
+
+inline Pages pages_of(const KvPages& kv) {
+  Pages p;
+  p.k = kv.k;
+  p.v = kv.v;
+  p.ld = kv.ld;
+  p.tables = kv.tables;
+  p.table_stride = kv.table_stride;
+  p.block_size = kv.block_size;
+  if (kv.block_size > 0 && (kv.block_size & (kv.block_size - 1)) == 0) {
+    p.shift = 0;
+    while ((1 << p.shift) < kv.block_size) ++p.shift;
+  }
+  return p;
+}
+
+}  // namespace kettle::cuda
