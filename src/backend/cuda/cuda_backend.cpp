@@ -108,8 +108,21 @@ class CudaBackend final : public Backend {
     check(cudaMalloc(&p, bytes), "cudaMalloc");
     return p;
   }
+  // Large buffers (a KV pool that grew) go back to the driver at once: their size does
+  // not come again, and holding them would double the pool's footprint.
   void release(void* data, size_t bytes) override {
-    if (data != nullptr) free_[round_up(bytes)].push_back(data);
+    if (data == nullptr) return;
+    if (bytes >= kReturnedBytes) {
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      check(cudaFree(data), "cudaFree");
+      return;
+    }
+    free_[round_up(bytes)].push_back(data);
+  }
+  size_t free_memory() override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return free;
   }
   // Small copies (a step's token ids and positions, its logits or next id) go through
   // pinned memory, so they are true async DMAs rather than staged pageable copies.
@@ -372,7 +385,8 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;
-  static constexpr size_t kMaxGraphs = 64;
+  static constexpr size_t kMaxGraphs = 128;  // decode steps: batch buckets × table-width buckets
+  static constexpr size_t kReturnedBytes = size_t{256} << 20;
   static constexpr size_t kPinnedBytes = size_t{4} << 20;
   static constexpr int64_t kSplitRows = 64;
   static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel  // GEMMs of at most this many rows take x as hi + lo
