@@ -3,7 +3,9 @@
 # shapes, random weights (kettle bf16 synthetic, llama.cpp F16 GGUF: the same
 # bytes per weight), llama-bench's tests (pp512: one 512-token forward; tg128:
 # 128 single-token steps from an empty cache), the device copy ceiling from
-# the same run, one table of ratios at the end.
+# the same run, one table of ratios at the end. Then the batched test on the
+# llama-3.1-8b shape (issue 7): `kettle bench --parallel` against
+# llama-batched-bench, -npp 512 -ntg 128 -npl 1,8,32,64, a second table.
 #
 #   PEER=DIR bash bench/cuda_vs_llamacpp.sh
 # PEER holds llamacpp.tgz + vocab-llama3.gguf (`llamacpp-peer.sh source DIR`, run
@@ -86,4 +88,38 @@ for p in presets:
     fmt = lambda v, d=0: f"{v:.{d}f}" if v else "–"
     print(f"| {p} | {kp:.0f} | {fmt(lp)} | {ratio(kp, lp)} | {kg:.1f} | {fmt(lg, 1)} | {ratio(kg, lg)} | "
           f"{k['decode_weight_gb_per_second']:.0f} | {k['copy_gb_per_second']:.0f} | {100 * k['decode_fraction_of_copy']:.1f}% |")
+PY
+
+# Batched decode (llama-batched-bench's measure) on the 8b shape.
+npl=${NPL:-1,8,32,64}
+"$kettle" bench --synthetic llama-3.1-8b --device cuda -p 512 -g 128 -r 2 --parallel "$npl" --json \
+  >"$out/kettle-batched.json" 2>"$out/kettle-batched.err" || { echo "kettle batched failed"; tail -3 "$out/kettle-batched.err"; }
+stamp "kettle batched done"
+if [ -x "$work/build/bin/llama-batched-bench" ] && [ -f "$work/llama-3.1-8b.f16.gguf" ]; then
+  "$work/build/bin/llama-batched-bench" -m "$work/llama-3.1-8b.f16.gguf" -ngl 99 -fa 1 -c 65536 -b 2048 -ub 512 \
+    -npp 512 -ntg 128 -npl "$npl" --output-format jsonl >"$out/llamacpp-batched.jsonl" 2>"$out/llamacpp-batched.err" ||
+    { echo "llama-batched-bench failed"; tail -3 "$out/llamacpp-batched.err"; }
+  stamp "llama-batched-bench done"
+fi
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+try: k = json.load(open(f"{out}/kettle-batched.json"))["batched"]
+except Exception: k = []
+peer = {}
+try:
+    for line in open(f"{out}/llamacpp-batched.jsonl"):
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            if "pl" in r: peer[int(r["pl"])] = r
+except Exception: pass
+print("| B | kettle prefill tok/s | llama.cpp prefill | ratio | kettle decode tok/s | llama.cpp decode | ratio |")
+print("|---|---|---|---|---|---|---|")
+for r in k:
+    b = r["batch"]; l = peer.get(b, {})
+    lp, lg = l.get("speed_pp"), l.get("speed_tg")
+    ratio = lambda a, c: f"{a / c:.2f}×" if c else "–"
+    print(f"| {b} | {r['prefill_tokens_per_second']:.0f} | {lp or '–'} | {ratio(r['prefill_tokens_per_second'], lp)} | "
+          f"{r['decode_tokens_per_second']:.1f} | {lg or '–'} | {ratio(r['decode_tokens_per_second'], lg)} |")
 PY

@@ -1,6 +1,6 @@
 // `kettle bench`: prefill and decode speed of this machine and this stack,
 // llama-bench style (pp: one forward over N prompt tokens; tg: N single-token
-// forwards from an empty cache), with achieved weight-streaming GB/s against
+// forwards from an empty cache) or llama-batched-bench style (--parallel), with achieved weight-streaming GB/s against
 // the device's copy bandwidth measured in the same run (GPU backends), and the
 // process's peak memory.
 #include <fmt/format.h>
@@ -32,6 +32,8 @@ struct BenchFlags {
   int gen_tokens = 32;
   int repetitions = 3;
   bool json = false;
+  std::vector<int> parallel;  // --parallel: llama-batched-bench's -npl (B sequences at once)
+  int64_t prefill_chunk = 2048;
   ThreadOption threads;
   DeviceOption device;
 };
@@ -70,6 +72,79 @@ double decode_tps(Transformer& t, int n) {
   return n / timer.seconds();
 }
 
+// llama-batched-bench's measure: B sequences, each its own prompt of `prompt` tokens,
+// prefilled together (at most `chunk` tokens per step, as the server does), then `gen`
+// steps that each decode one token of every sequence (greedy, sampled on the device).
+struct BatchedResult {
+  int batch = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+BatchedResult batched_run(Transformer& t, int batch, int prompt, int gen, int64_t chunk) {
+  const int64_t vocab = t.spec().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<KvCache> caches;
+  for (int b = 0; b < batch; ++b) {
+    std::vector<int32_t> ids = bench_tokens(prompt + b, vocab);
+    prompts.emplace_back(ids.begin() + b, ids.end());
+    caches.push_back(t.new_cache());
+  }
+  std::vector<SampleRow> greedy(static_cast<size_t>(batch));
+  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+  std::vector<BatchEntry> entries;
+  BatchedResult r{batch};
+  Timer timer;
+  std::vector<int64_t> done(static_cast<size_t>(batch), 0);
+  for (int b = 0; b < batch;) {  // prefill: whole prompts packed into steps of `chunk` tokens
+    entries.clear();
+    int64_t budget = chunk;
+    while (b < batch && budget > 0) {
+      const auto i = static_cast<size_t>(b);
+      const int64_t n = std::min<int64_t>(budget, prompt - done[i]);
+      entries.push_back({prompts[i].data() + done[i], n, &caches[i]});
+      done[i] += n;
+      budget -= n;
+      if (done[i] == prompt) ++b;
+    }
+    t.forward_batch(entries, greedy.data(), next.data());
+  }
+  r.prefill_seconds = timer.seconds();
+  entries.clear();
+  for (int b = 0; b < batch; ++b) entries.push_back({&next[static_cast<size_t>(b)], 1, &caches[static_cast<size_t>(b)]});
+  timer.reset();
+  for (int i = 0; i < gen; ++i) t.forward_batch(entries, greedy.data(), next.data());
+  r.decode_seconds = timer.seconds();
+  return r;
+}
+
+int run_batched(const BenchFlags& f, Transformer& t, const std::string& source, const std::string& backend) {
+  batched_run(t, f.parallel.front(), std::min(f.prompt_tokens, 16), 4, f.prefill_chunk);  // warm-up
+  nlohmann::json rows = nlohmann::json::array();
+  if (!f.json)
+    std::printf("| model | backend | PP | TG | B | prefill tok/s | decode tok/s | total tok/s |\n|---|---|---|---|---|---|---|---|\n");
+  for (int batch : f.parallel) {
+    batched_run(t, batch, f.prompt_tokens, 4, f.prefill_chunk);  // records this bucket's decode step
+    std::vector<BatchedResult> runs;
+    for (int r = 0; r < f.repetitions; ++r) runs.push_back(batched_run(t, batch, f.prompt_tokens, f.gen_tokens, f.prefill_chunk));
+    std::vector<double> pp, tg, all;
+    for (const BatchedResult& r : runs) {
+      pp.push_back(batch * f.prompt_tokens / r.prefill_seconds);
+      tg.push_back(batch * f.gen_tokens / r.decode_seconds);
+      all.push_back(batch * (f.prompt_tokens + f.gen_tokens) / (r.prefill_seconds + r.decode_seconds));
+    }
+    const Stat p = stat_of(pp), g = stat_of(tg), a = stat_of(all);
+    rows.push_back({{"batch", batch}, {"prefill_tokens_per_second", p.mean}, {"decode_tokens_per_second", g.mean},
+                    {"decode_sd", g.sd}, {"total_tokens_per_second", a.mean}});
+    if (!f.json)
+      std::printf("| %s | %s | %d | %d | %d | %.1f | %.1f ± %.1f | %.1f |\n", source.c_str(), backend.c_str(), f.prompt_tokens,
+                  f.gen_tokens, batch, p.mean, g.mean, g.sd, a.mean);
+  }
+  if (f.json)
+    std::printf("%s\n", nlohmann::json({{"model", source}, {"backend", backend}, {"prompt_tokens", f.prompt_tokens},
+                                        {"gen_tokens", f.gen_tokens}, {"batched", rows}}).dump().c_str());
+  return 0;
+}
+
 double peak_rss_gib() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -89,6 +164,7 @@ int run_bench(const BenchFlags& f) {
   Timer upload_timer;
   Transformer transformer(model, *backend);
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
+  if (!f.parallel.empty()) return run_batched(f, transformer, model.source, backend->name());
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
   auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
 
@@ -141,6 +217,14 @@ Action register_bench(CLI::App& app) {
   app.add_option("-g,--gen-tokens", f->gen_tokens, "tokens of the decode test")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("-r,--repetitions", f->repetitions, "runs of each test (mean ± sd reported)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object instead of the table");
+  app.add_option("--parallel", f->parallel,
+                 "batched test (llama-batched-bench's -npl): for each B, B sequences prefill -p tokens each, then "
+                 "decode -g tokens each together")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--prefill-chunk", f->prefill_chunk, "prompt tokens per step in the batched test's prefill")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   f->threads.add_to(app);
   f->device.add_to(app);
   return [f] { return run_bench(*f); };

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "engine/generator.h"
+#include "golden/batch_equivalence.h"
 #include "golden/golden_cases.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -71,6 +72,13 @@ TEST_P(GoldenCudaTest, IncrementalDecodeMatchesReference) {
     EXPECT_LE(relative_error(logits.data(), g.logits.data() + p * g.vocab, g.vocab), kBf16LogitTolerance)
         << "position " << p;
   }
+}
+
+TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoToken) {
+  Golden g = read_golden(case_dir(GetParam()));
+  Model model = load_model(model_dir(GetParam()));
+  Transformer transformer(model, *backend_, KvPool::Options{16, 0});
+  expect_batched_equals_alone(transformer, g.prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCudaTest, ::testing::ValuesIn(case_names()),

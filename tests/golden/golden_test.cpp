@@ -11,6 +11,7 @@
 #include "engine/generator.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "golden/batch_equivalence.h"
 #include "golden/golden_cases.h"
 
 namespace kettle {
@@ -72,6 +73,14 @@ TEST_P(GoldenTest, IncrementalDecodeMatchesPrefill) {
     transformer.forward(&g.prompt[static_cast<size_t>(p)], 1, kv, LogitsFor::kLastToken, logits.data());
     EXPECT_LE(relative_error(logits.data(), g.logits.data() + p * g.vocab, g.vocab), 1e-4) << "position " << p;
   }
+}
+
+TEST_P(GoldenTest, ContinuousBatchingChangesNoToken) {
+  Golden g = read_golden(case_dir(GetParam()));
+  Model model = load_model(model_dir(GetParam()));
+  auto backend = make_cpu_backend(2);
+  Transformer transformer(model, *backend, KvPool::Options{16, 0});
+  expect_batched_equals_alone(transformer, g.prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::ValuesIn(case_names()),
