@@ -47,6 +47,8 @@ if [ -n "${KETTLE_TESTS:-}" ]; then
   "$KETTLE_TESTS/golden_cuda_test" >"$out/golden.log" 2>&1; grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]" "$out/golden.log"
   stamp "checks done"
 fi
+# SERVE_MODEL=DIR: `kettle serve --device cuda` batched vs serial, and a timed burst.
+if [ -n "${SERVE_MODEL:-}" ]; then bash bench/cuda_serve_check.sh "$kettle" "$SERVE_MODEL" 2>&1 | tail -12; stamp "serve check done"; fi
 if [ -n "${PROFILE:-}" ]; then bash bench/cuda_profile.sh "$kettle" "$PROFILE" "$out" | head -24; stamp "profile done"; fi
 # Wait for the peer, but not past LLAMA_DEADLINE seconds: kettle's numbers print either way.
 deadline=${LLAMA_DEADLINE:-470}
