@@ -9,16 +9,18 @@ set -uo pipefail
 kettle=${1:?kettle binary}; model=${2:?model folder}
 start() {  # port, flags...
   local port=$1; shift
-  "$kettle" serve "$model" --device cuda --port "$port" --no-open "$@" >"/tmp/serve-$port.log" 2>&1 &
+  "$kettle" serve "$model" --device "${DEVICE:-cuda}" --port "$port" --no-open "$@" >"/tmp/serve-$port.log" 2>&1 &
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.5; done
   echo "server on $port did not start"; tail -5 "/tmp/serve-$port.log"; return 1
 }
-start 8091 --batch 16 || exit 1
+start 8091 --batch 16 ${BATCHED_FLAGS:-} || exit 1
 start 8092 --batch 1 --prompt-cache 0 || exit 1
 python3 - <<'PY'
-import json, threading, time, urllib.request
+import json, os, threading, time, urllib.request
 def complete(port, prompt, n, stream=False):
-    body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": stream}).encode()
+    fields = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": stream}
+    if os.environ.get("LOGPROBS") and port == 8091: fields["logprobs"] = 1  # host sampling
+    body = json.dumps(fields).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"content-type": "application/json"})
     t0 = time.time(); first = None; text = ""
     with urllib.request.urlopen(req, timeout=300) as r:
@@ -39,7 +41,7 @@ threads = [threading.Thread(target=run, args=(i,)) for i in range(24)]
 [t.start() for t in threads]; [t.join() for t in threads]
 alone = [complete(8092, prompts[i], lengths[i])[0] for i in range(24)]
 same = sum(a == b for a, b in zip(together, alone))
-print(f"serve --device cuda: {same}/24 batched completions identical to serial ones")
+print(f"serve: {same}/24 batched completions identical to serial ones")
 for i, (a, b) in enumerate(zip(together, alone)):
     if a != b: print(f"  differs: request {i}: {a[:60]!r} vs {b[:60]!r}")
 stats = json.load(urllib.request.urlopen("http://127.0.0.1:8091/stats"))

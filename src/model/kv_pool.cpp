@@ -85,6 +85,19 @@ int64_t KvPool::available_blocks(int kind) const {
   return static_cast<int64_t>(free_[k].size()) + std::max<int64_t>(0, max_blocks(kind) - capacity_[k]);
 }
 
+// Backend memory set to 0.0f: one block's worth uploaded, then doubled by device copies.
+void KvPool::zero(float* data, size_t count) {
+  if (count == 0) return;
+  const size_t first = std::min(count, static_cast<size_t>(block_size_ * kv_size_));
+  const std::vector<float> zeros(first, 0.0f);
+  backend_.to_device(data, zeros.data(), first * sizeof(float));
+  for (size_t done = first; done < count;) {
+    const size_t n = std::min(done, count - done);
+    backend_.copy(data + done, data, n * sizeof(float));
+    done += n;
+  }
+}
+
 bool KvPool::grow(int kind, int64_t blocks) {
   const auto k = static_cast<size_t>(kind);
   blocks = std::min(blocks, max_blocks(kind));
@@ -96,6 +109,8 @@ bool KvPool::grow(int kind, int64_t blocks) {
       BackendArray<float> grown(backend_, static_cast<size_t>(blocks) * row_floats);
       BackendArray<float>& old = (*buffers)[layer];
       if (old.size() > 0) backend_.copy(grown.data(), old.data(), old.bytes());
+      // New blocks start as zeros: a kernel may read rows it then masks out (0 · NaN is NaN).
+      zero(grown.data() + old.size(), grown.size() - old.size());
       old = std::move(grown);
     }
   }

@@ -83,6 +83,7 @@ class KvPool {
 
  private:
   bool grow(int kind, int64_t blocks);
+  void zero(float* data, size_t count);
   int64_t max_blocks(int kind) const;
   int admitted_kind() const { return has_kind(kFull) ? kFull : kWindow; }
   int64_t window_blocks_per_sequence() const;

@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     __syncthreads();  // the previous tile is no longer read
     if (threadIdx.x < kTile) {
       const int j = k0 + static_cast<int>(threadIdx.x);
-      tile_rows[threadIdx.x] = j <= last_key ? kv.row(table, j) * kv.ld + head_offset : -1;
+      // Rows before the tile's first visible key (a sliding window's released blocks) are not read.
+      tile_rows[threadIdx.x] = j >= tile_range[0] && j <= last_key ? kv.row(table, j) * kv.ld + head_offset : -1;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < kTile * hd; i += blockDim.x) {
