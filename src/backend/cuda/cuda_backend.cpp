@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_, &argmax_arrivals_}) cudaFree(w->data);
     cudaFree(cublas_workspace_);
     cudaFreeHost(pinned_);
     cudaFreeHost(pinned_out_);
@@ -344,20 +344,25 @@ class CudaBackend final : public Backend {
   }
 
   void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
-    const size_t before = argmax_ws_.bytes;
-    void* ws = grow(argmax_ws_, static_cast<size_t>(cuda::argmax_workspace_bytes(rows)) + 16);
-    if (argmax_ws_.bytes != before) check(cudaMemsetAsync(ws, 0, argmax_ws_.bytes, stream_), "cudaMemsetAsync");
-    cuda::argmax_rows(logits, rows, vocab, ids, ws, stream_);
+    cuda::argmax_rows(logits, rows, vocab, ids, argmax_arrivals(rows), grow(argmax_ws_, cuda::argmax_partial_bytes(rows)),
+                      stream_);
     check_launch("argmax");
   }
 
   void sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids) override {
     if (rows == 0) return;
-    const size_t before = argmax_ws_.bytes;
-    void* ws = grow(argmax_ws_, static_cast<size_t>(cuda::argmax_workspace_bytes(rows)) + 16);
-    if (argmax_ws_.bytes != before) check(cudaMemsetAsync(ws, 0, argmax_ws_.bytes, stream_), "cudaMemsetAsync");
-    cuda::sample_rows(logits, rows, vocab, params, ids, ws, stream_);
+    cuda::sample_rows(logits, rows, vocab, params, ids, argmax_arrivals(rows),
+                      grow(argmax_ws_, cuda::argmax_partial_bytes(rows)), stream_);
     check_launch("sample");
+  }
+
+  // The argmax's per-row arrival counters, in a buffer of their own: zero when made, and each
+  // call leaves its rows' counters zero, so a later call of more rows finds zeros too.
+  unsigned* argmax_arrivals(int64_t rows) {
+    const size_t before = argmax_arrivals_.bytes;
+    auto* arrivals = static_cast<unsigned*>(grow(argmax_arrivals_, static_cast<size_t>(rows) * sizeof(unsigned)));
+    if (argmax_arrivals_.bytes != before) check(cudaMemsetAsync(arrivals, 0, argmax_arrivals_.bytes, stream_), "cudaMemsetAsync");
+    return arrivals;
   }
 
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router, const std::vector<ExpertWeights>& experts,
@@ -596,7 +601,7 @@ class CudaBackend final : public Backend {
   char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
-  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_;
+  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
 };
 
 }  // namespace

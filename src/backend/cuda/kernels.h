@@ -90,14 +90,16 @@ void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, cons
               const Bf16* const* down, int64_t hidden, float* out, cudaStream_t stream);
 
 // ---- sampling.cu ---------------------------------------------------------------------------
-// workspace: argmax_workspace_bytes(rows), zero before the first call (calls leave it zero
-// where it matters).
-int64_t argmax_workspace_bytes(int64_t rows);
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, void* workspace, cudaStream_t stream);
+// arrivals: [rows] counters, zero before the first call (each call leaves its own zero; keep
+// them apart from anything else: a later call of more rows reads counters past these);
+// partial: argmax_partial_bytes(rows) of scratch.
+int64_t argmax_partial_bytes(int64_t rows);
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, unsigned* arrivals, void* partial,
+                 cudaStream_t stream);
 // SampleRow's rule per row (params: device [rows]): greedy rows through argmax_rows (same
 // workspace), the others by one block each, radix-selecting the sorted positions the rule
 // needs instead of sorting the row. No host sync.
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* out,
-                 void* argmax_workspace, cudaStream_t stream);
+                 unsigned* arrivals, void* partial, cudaStream_t stream);
 
 }  // namespace kettle::cuda

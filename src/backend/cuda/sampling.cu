@@ -373,16 +373,12 @@ __global__ void __launch_bounds__(kSampleThreads)
 
 }  // namespace
 
-int64_t argmax_workspace_bytes(int64_t rows) {
-  return rows * (kArgmaxBlocks * static_cast<int64_t>(sizeof(Best)) + static_cast<int64_t>(sizeof(unsigned)));
-}
+int64_t argmax_partial_bytes(int64_t rows) { return rows * kArgmaxBlocks * static_cast<int64_t>(sizeof(Best)); }
 
-void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, void* workspace, cudaStream_t stream) {
-  // workspace: [rows] arrival counters (zero) | [rows, blocks] partial results
-  auto* arrivals = static_cast<unsigned*>(workspace);
-  auto* partial = reinterpret_cast<Best*>(static_cast<char*>(workspace) + ((rows * sizeof(unsigned) + 15) / 16 * 16));
+void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out, unsigned* arrivals, void* partial,
+                 cudaStream_t stream) {
   launch(argmax_kernel, dim3(kArgmaxBlocks, static_cast<unsigned>(rows)), kArgmaxThreads, 0, stream, logits, vocab,
-         partial, arrivals, out);
+         static_cast<Best*>(partial), arrivals, out);
 }
 
 }  // namespace kettle::cuda
@@ -390,9 +386,9 @@ void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
 namespace kettle::cuda {
 
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* out,
-                 void* argmax_workspace, cudaStream_t stream) {
+                 unsigned* arrivals, void* partial, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_rows(logits, rows, vocab, out, argmax_workspace, stream);  // every row; sampled rows are overwritten
+  argmax_rows(logits, rows, vocab, out, arrivals, partial, stream);  // every row; sampled rows are overwritten
   cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        static_cast<int>(kWarpHistogramBytes));
   launch(sample_kernel, dim3(static_cast<unsigned>(rows)), kSampleThreads, kWarpHistogramBytes, stream, logits, vocab,

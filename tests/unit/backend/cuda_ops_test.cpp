@@ -526,6 +526,32 @@ TEST_F(CudaOpsTest, SampleMatchesTheCpuRule) {
   EXPECT_EQ(again, ids);
 }
 
+// The serving engine's pattern: greedy draws over a batch whose row count changes every
+// step (sequences join and leave), and single-row argmaxes between. Every call must give
+// each row's first maximum whatever the calls before it left in the workspaces.
+TEST_F(CudaOpsTest, GreedyDrawsWhileTheRowCountChanges) {
+  const int64_t vocab = 4099;
+  for (int64_t rows : {3, 16, 1, 24, 7, 64, 2, 40}) {
+    std::vector<float> logits(static_cast<size_t>(rows * vocab));
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    for (auto& x : logits) x = d(rng_);
+    std::vector<int32_t> ref(static_cast<size_t>(rows));
+    cpu_->argmax(logits.data(), rows, vocab, ref.data());
+    auto dlogits = up(logits);
+    auto dparams = up(std::vector<SampleRow>(static_cast<size_t>(rows)));
+    auto dids = up(std::vector<int32_t>(static_cast<size_t>(rows), -7));
+    for (bool through_sample : {true, false}) {
+      if (through_sample)
+        gpu_->sample(dlogits.data(), rows, vocab, dparams.data(), dids.data());
+      else
+        gpu_->argmax(dlogits.data(), rows, vocab, dids.data());
+      std::vector<int32_t> ids(static_cast<size_t>(rows));
+      gpu_->to_host(ids.data(), dids.data(), dids.bytes());
+      EXPECT_EQ(ids, ref) << rows << " rows, " << (through_sample ? "sample" : "argmax");
+    }
+  }
+}
+
 // Not a check: the decode-time costs the step pays, printed for the log.
 TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
   const auto time_us = [&](int reps, const std::function<void()>& op) {
