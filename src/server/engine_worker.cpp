@@ -59,14 +59,6 @@ EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::
   // another length than a fresh run would: no reuse for those models.
   bool length_dependent = false;
   for (const RopeSpec& rope : model_.spec.ropes) length_dependent = length_dependent || rope_depends_on_length(rope);
-  // Known defect (docs/performance.md, 2026-12-02): on CUDA a request that adopts cached
-  // blocks and prefills the rest decodes wrong tokens; until it is found the prefix cache
-  // stays off on device backends.
-  if (options.prompt_cache_bytes > 0 && !backend_->host_memory()) {
-    log::warn("prompt cache: off on {} (a known defect with lent prefixes there), not {:.1f} GB", backend_->name(),
-              static_cast<double>(options.prompt_cache_bytes) / 1e9);
-    options.prompt_cache_bytes = 0;
-  }
   if (options.prompt_cache_bytes > 0 && !length_dependent) {
     prefix_cache_.emplace(transformer_->kv_pool(), options.prompt_cache_bytes);
     // Out of free blocks, the pool takes back cached ones (least recently used first).
