@@ -180,3 +180,36 @@ test('--kv-budget: requests whose KV does not fit beside the running ones wait; 
     stopServer(own);
   }
 });
+
+test('--paged-kv-block-size sets the KV block; --paged-kv is accepted; greedy tokens do not depend on the block size', async () => {
+  const a = await startServer(['--paged-kv', '--paged-kv-block-size', '32', '--prompt-cache', '0']);
+  const b = await startServer(['--paged-kv-block-size', '5', '--prompt-cache', '0']);
+  try {
+    const body = { messages: [{ role: 'user', content: 'Tell me about kettles and teapots.' }], max_tokens: 40, temperature: 0, ignore_eos: true };
+    const ask = async (s) => (await (await fetch(`${s.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+    })).json()).choices[0].message.content;
+    assert.equal(await ask(a), await ask(b));
+    assert.equal((await (await fetch(`${a.base}/stats`)).json()).kv.block_size, 32);
+    assert.equal((await (await fetch(`${b.base}/stats`)).json()).kv.block_size, 5);
+  } finally {
+    stopServer(a);
+    stopServer(b);
+  }
+});
+
+test('--memory-budget below the weights exits non-zero naming the flag; a workable one caps the KV cache', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const kettle = process.env.KETTLE_BIN;
+  const small = spawnSync(kettle, ['serve', '--port', '65001', '--memory-budget', '0.5', '--no-open'], { encoding: 'utf8', timeout: 60000 });
+  assert.notEqual(small.status, 0);
+  assert.match(small.stderr, /--memory-budget 0\.50 GB does not hold the model's weights/);
+  // 2 GiB of working memory is set aside: 2.2 GB leaves the demo model's KV a few tens of MB.
+  const own = await startServer(['--memory-budget', '2.2']);
+  try {
+    const kv = (await (await fetch(`${own.base}/stats`)).json()).kv;
+    assert.ok(kv.budget_bytes > 0 && kv.budget_bytes < 100e6, JSON.stringify(kv));
+  } finally {
+    stopServer(own);
+  }
+});
