@@ -82,7 +82,8 @@ int64_t KvPool::max_blocks(int kind) const {
 
 int64_t KvPool::available_blocks(int kind) const {
   const auto k = static_cast<size_t>(kind);
-  return static_cast<int64_t>(free_[k].size()) + std::max<int64_t>(0, max_blocks(kind) - capacity_[k]);
+  // Block 0 (padding) is never handed out, grown or not.
+  return static_cast<int64_t>(free_[k].size()) + std::max<int64_t>(0, max_blocks(kind) - std::max<int64_t>(capacity_[k], 1));
 }
 
 // Backend memory set to 0.0f: one block's worth uploaded, then doubled by device copies.

@@ -8,9 +8,11 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "util/error.h"
 
+#include "backend/backend.h"
 #include "engine/sampler.h"
 
 namespace kettle {
@@ -328,6 +330,58 @@ TEST(SamplerExtras, SameSeedSameDrawsWithPenalties) {
   a.start(prompt, 100, 50);
   b.start(prompt, 100, 50);
   for (int i = 0; i < 50; ++i) ASSERT_EQ(a.sample(logits.data(), 100).id, b.sample(logits.data(), 100).id);
+}
+
+}  // namespace
+}  // namespace kettle
+
+namespace kettle {
+namespace {
+
+// A request's draws are the same whether the host Sampler draws them or a backend's
+// `sample` op does from device_row(): the same uniforms from the same seeded generator,
+// the same rule (cpu::sample_row). The CPU backend's op stands in for the device here;
+// tests/unit/backend/cuda_ops_test.cpp holds the CUDA op to the CPU one.
+TEST(SamplerOnDevice, DeviceRowsDrawWhatTheHostSamplerDraws) {
+  auto backend = make_cpu_backend(1);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  const int64_t vocab = 500;
+  for (const auto& [temp, top_k, top_p, min_p] :
+       std::vector<std::tuple<float, int, float, float>>{{0.0f, 0, 1.0f, 0.0f}, {0.8f, 0, 1.0f, 0.0f},
+                                                         {1.2f, 40, 0.9f, 0.0f}, {0.7f, 0, 1.0f, 0.1f}}) {
+    SamplingParams p;
+    p.temperature = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.seed = 77;
+    Sampler host(p), device(p);
+    ASSERT_TRUE(device.on_device());
+    for (int step = 0; step < 50; ++step) {
+      std::vector<float> logits(static_cast<size_t>(vocab));
+      for (auto& x : logits) x = d(gen);
+      const int32_t expected = host.sample(logits.data(), vocab).id;
+      const SampleRow row = device.device_row();
+      int32_t id = -1;
+      backend->sample(logits.data(), 1, vocab, &row, &id);
+      device.accept(id);
+      ASSERT_EQ(id, expected) << "temperature " << temp << " step " << step;
+    }
+  }
+}
+
+TEST(SamplerOnDevice, PenaltiesBiasAndLogprobsKeepTheLogitsOnTheHost) {
+  SamplingParams p;
+  EXPECT_TRUE(Sampler(p).on_device());
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(p).on_device());
+  p = SamplingParams{};
+  p.logit_bias = {{3, 1.0f}};
+  EXPECT_FALSE(Sampler(p).on_device());
+  p = SamplingParams{};
+  p.logprobs = true;
+  EXPECT_FALSE(Sampler(p).on_device());
 }
 
 }  // namespace

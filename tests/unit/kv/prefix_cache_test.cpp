@@ -198,5 +198,24 @@ TEST(KvPool, SlidingWindowBlocksAreLetGoAndMatchesRespectThem) {
   EXPECT_EQ(cache.match(prompt).tokens, 8);
 }
 
+// Under a cap, a model with both kinds gives the window kind a fixed share (enough for
+// max_sequences windows plus a step each); admission counts the full kind against the rest.
+TEST(KvPool, TheWindowKindsShareAndAdmissionUnderACap) {
+  auto backend = make_cpu_backend(1);
+  ModelSpec spec = spec_with({0, 6});
+  const size_t block = KvPool(*backend, spec, KvPool::Options{kBlock, 0}).bytes_per_block(KvPool::kFull);  // 1 layer × 4 rows × 4 floats × 2
+  EXPECT_EQ(block, 128u);
+  KvPool pool(*backend, spec, KvPool::Options{kBlock, 20 * block, 2, 4});
+  // A window sequence holds (6 + 4 + 3) / 4 + 1 = 4 blocks at most: 8 for two; the full kind gets 12.
+  EXPECT_EQ(pool.available_blocks(KvPool::kWindow), 8);
+  EXPECT_EQ(pool.available_blocks(KvPool::kFull), 12);
+  EXPECT_EQ(pool.admission_capacity(), 12 * block);
+  EXPECT_EQ(pool.admission_bytes(10), 3 * block);
+  KvPool windowed(*backend, spec_with({6, 6}), KvPool::Options{kBlock, 20 * block, 2, 4});
+  EXPECT_EQ(windowed.admission_bytes(1000), 4 * windowed.bytes_per_block(KvPool::kWindow)) << "a window holds its blocks only";
+  KvPool open(*backend, spec, KvPool::Options{kBlock, 0});
+  EXPECT_EQ(open.admission_capacity(), 0u) << "no cap";
+}
+
 }  // namespace
 }  // namespace kettle
