@@ -200,29 +200,9 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   const int64_t stride = record ? bucket(blocks) : blocks;
   ensure_tables(n_segments, stride);
   if (static_cast<int64_t>(host_ids_.size()) < n) host_ids_.resize(static_cast<size_t>(n));
-
-  step_.segments.clear();
   step_.table_stride = stride;
   step_.max_kv = stride * bs;
-  int64_t offset = 0;
-  for (int64_t i = 0; i < n_segments; ++i) {
-    const bool padding = i >= n_entries;
-    const int64_t len = padding ? 0 : entries[static_cast<size_t>(i)].kv->length();
-    const int64_t count = padding ? 1 : entries[static_cast<size_t>(i)].n;
-    for (int64_t t = 0; t < count; ++t) {
-      host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(len + t);
-      host_ids_[static_cast<size_t>(offset + t)] = padding ? 0 : entries[static_cast<size_t>(i)].tokens[t];
-    }
-    for (int kind = 0; kind < KvPool::kKinds; ++kind) {
-      int32_t* row = host_tables_[kind].data() + i * stride;
-      std::fill(row, row + stride, 0);
-      if (padding) continue;
-      const std::vector<int32_t>& table = entries[static_cast<size_t>(i)].kv->table(kind);
-      std::copy(table.begin(), table.end(), row);
-    }
-    step_.segments.push_back({offset, count, i});
-    offset += count;
-  }
+  fill_segments(entries, n_segments);
   step_.n = n;
   step_.rows = rows;
   step_.last_per_segment = rows_for == Rows::kLastPerEntry;
@@ -234,6 +214,31 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   else
     run_step();
   for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+}
+
+// The step's host inputs: each segment's token ids and positions, and its block tables
+// (one row of table_stride ids per kind); padding segments decode token 0 at position 0
+// through an all-zero table (block 0).
+void Transformer::fill_segments(const std::vector<BatchEntry>& entries, int64_t n_segments) {
+  const auto n_entries = static_cast<int64_t>(entries.size());
+  const int64_t stride = step_.table_stride;
+  step_.segments.clear();
+  int64_t offset = 0;
+  for (int64_t i = 0; i < n_segments; ++i) {
+    const BatchEntry* e = i < n_entries ? &entries[static_cast<size_t>(i)] : nullptr;
+    const int64_t len = e ? e->kv->length() : 0, count = e ? e->n : 1;
+    for (int64_t t = 0; t < count; ++t) {
+      host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(len + t);
+      host_ids_[static_cast<size_t>(offset + t)] = e ? e->tokens[t] : 0;
+    }
+    for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+      int32_t* row = host_tables_[kind].data() + i * stride;
+      std::fill(row, row + stride, 0);
+      if (e) std::copy(e->kv->table(kind).begin(), e->kv->table(kind).end(), row);
+    }
+    step_.segments.push_back({offset, count, i});
+    offset += count;
+  }
 }
 
 void Transformer::upload_step_inputs(int64_t n, int64_t n_segments) {

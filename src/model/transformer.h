@@ -77,7 +77,7 @@ class Transformer {
   // Builds the step for `entries` (reserving their blocks), uploads its inputs and runs
   // it — recorded when every entry decodes one token; their lengths advance.
   void execute(const std::vector<BatchEntry>& entries, Rows rows, float* host_logits, bool greedy);
-  void fill_tables(const std::vector<BatchEntry>& entries, int64_t n_segments);
+  void fill_segments(const std::vector<BatchEntry>& entries, int64_t n_segments);
   void upload_step_inputs(int64_t n, int64_t n_segments);
   void run_step();
   void attention_block(int64_t layer);

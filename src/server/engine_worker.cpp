@@ -283,11 +283,10 @@ void EngineWorker::run_entries() {
   bool on_device = !backend_->host_memory();
   for (size_t i = 0; i < stepped_.size(); ++i)
     on_device = on_device && stepped_[i]->sampler.on_device();
-  sample_rows_.assign(entries_.size(), SampleRow{});  // mid-prompt rows: greedy, ignored
-  if (on_device)
+  if (on_device) {
+    sample_rows_.assign(entries_.size(), SampleRow{});  // mid-prompt rows: greedy, ignored
     for (size_t i = 0; i < stepped_.size(); ++i)
       if (completes_prompt(*stepped_[i], entries_[i].n)) sample_rows_[i] = stepped_[i]->sampler.device_row();
-  if (on_device) {
     ids_.resize(entries_.size());
     transformer_->forward_batch(entries_, sample_rows_.data(), ids_.data());
     for (size_t i = 0; i < stepped_.size(); ++i) {
