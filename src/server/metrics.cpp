@@ -70,38 +70,38 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
   auto metric = [&](const char* name, const char* type, const char* help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
-  metric("kettle_uptime_seconds", "gauge", "Seconds since the server started.");
-  out += fmt::format("kettle_uptime_seconds{{{}}} {:.3f}\n", model, uptime);
-  metric("kettle_requests_running", "gauge", "Generations running on the engine.");
-  out += fmt::format("kettle_requests_running{{{}}} {}\n", model, load.running);
-  metric("kettle_requests_queued", "gauge", "Generations waiting for the engine.");
-  out += fmt::format("kettle_requests_queued{{{}}} {}\n", model, load.queued);
+  // A metric with one sample, labelled with the model.
+  auto single = [&](const char* name, const char* type, const char* help, const std::string& value) {
+    metric(name, type, help);
+    out += fmt::format("{}{{{}}} {}\n", name, model, value);
+  };
+  single("kettle_uptime_seconds", "gauge", "Seconds since the server started.", fmt::format("{:.3f}", uptime));
+  single("kettle_requests_running", "gauge", "Generations running on the engine.", std::to_string(load.running));
+  single("kettle_requests_queued", "gauge", "Generations waiting for the engine.", std::to_string(load.queued));
   metric("kettle_http_requests_total", "counter", "Finished generation requests by route and HTTP status.");
   for (const auto& [key, count] : requests_)
     out += fmt::format("kettle_http_requests_total{{{},route=\"{}\",status=\"{}\"}} {}\n", model, key.first,
                        key.second, count);
-  metric("kettle_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
-  out += fmt::format("kettle_prompt_tokens_total{{{}}} {}\n", model, prompt_tokens_);
-  metric("kettle_generation_tokens_total", "counter", "Tokens generated.");
-  out += fmt::format("kettle_generation_tokens_total{{{}}} {}\n", model, completion_tokens_);
-  metric("kettle_prefill_seconds_total", "counter", "Seconds spent in prefill.");
-  out += fmt::format("kettle_prefill_seconds_total{{{}}} {:.6f}\n", model, prefill_seconds_);
-  metric("kettle_decode_seconds_total", "counter", "Seconds spent decoding after the first token.");
-  out += fmt::format("kettle_decode_seconds_total{{{}}} {:.6f}\n", model, decode_seconds_);
-  metric("kettle_kv_bytes_in_use", "gauge", "KV cache bytes reserved by running generations.");
-  out += fmt::format("kettle_kv_bytes_in_use{{{}}} {}\n", model, load.kv_bytes_in_use);
-  metric("kettle_kv_blocks_used", "gauge", "KV blocks held by sequences and the prefix cache.");
-  out += fmt::format("kettle_kv_blocks_used{{{}}} {}\n", model, load.kv_pool.blocks_used);
-  metric("kettle_kv_blocks_free", "gauge", "KV blocks free, or to be had by growing the pool to its cap.");
-  out += fmt::format("kettle_kv_blocks_free{{{}}} {}\n", model, load.kv_pool.blocks_free);
-  metric("kettle_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.");
-  out += fmt::format("kettle_prefix_cache_lookups_total{{{}}} {}\n", model, load.prefix_cache.lookups);
-  metric("kettle_prefix_cache_hits_total", "counter", "Prompts that reused a cached prefix.");
-  out += fmt::format("kettle_prefix_cache_hits_total{{{}}} {}\n", model, load.prefix_cache.hits);
-  metric("kettle_prefix_cache_cached_tokens_total", "counter", "Prompt tokens served from the prefix cache.");
-  out += fmt::format("kettle_prefix_cache_cached_tokens_total{{{}}} {}\n", model, load.prefix_cache.cached_tokens);
-  metric("kettle_prefix_cache_bytes", "gauge", "KV bytes held by the prefix cache.");
-  out += fmt::format("kettle_prefix_cache_bytes{{{}}} {}\n", model, load.prefix_cache.bytes);
+  single("kettle_prompt_tokens_total", "counter", "Prompt tokens prefilled.", std::to_string(prompt_tokens_));
+  single("kettle_generation_tokens_total", "counter", "Tokens generated.", std::to_string(completion_tokens_));
+  single("kettle_prefill_seconds_total", "counter", "Seconds spent in prefill.",
+         fmt::format("{:.6f}", prefill_seconds_));
+  single("kettle_decode_seconds_total", "counter", "Seconds spent decoding after the first token.",
+         fmt::format("{:.6f}", decode_seconds_));
+  single("kettle_kv_bytes_in_use", "gauge", "KV cache bytes reserved by running generations.",
+         std::to_string(load.kv_bytes_in_use));
+  single("kettle_kv_blocks_used", "gauge", "KV blocks held by sequences and the prefix cache.",
+         std::to_string(load.kv_pool.blocks_used));
+  single("kettle_kv_blocks_free", "gauge", "KV blocks free, or to be had by growing the pool to its cap.",
+         std::to_string(load.kv_pool.blocks_free));
+  single("kettle_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.",
+         std::to_string(load.prefix_cache.lookups));
+  single("kettle_prefix_cache_hits_total", "counter", "Prompts that reused a cached prefix.",
+         std::to_string(load.prefix_cache.hits));
+  single("kettle_prefix_cache_cached_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+         std::to_string(load.prefix_cache.cached_tokens));
+  single("kettle_prefix_cache_bytes", "gauge", "KV bytes held by the prefix cache.",
+         std::to_string(load.prefix_cache.bytes));
   metric("kettle_time_to_first_token_seconds", "histogram", "Time from request to first generated token.");
   for (size_t i = 0; i < kTtftBuckets.size(); ++i)
     out += fmt::format("kettle_time_to_first_token_seconds_bucket{{{},le=\"{}\"}} {}\n", model, kTtftBuckets[i],
