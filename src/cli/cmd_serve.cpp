@@ -98,21 +98,6 @@ size_t available_memory_bytes() {
   return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
-// The prefix cache's cap: the flag, but in host memory never more than a quarter of
-// what is available now, so the default (8 GB) cannot push a small machine into swap.
-size_t prompt_cache_bytes(double gb, const Backend& backend) {
-  auto bytes = static_cast<size_t>(gb * 1e9);
-  if (backend.host_memory()) {
-    const size_t available = available_memory_bytes();
-    if (bytes > available / 4) {
-      log::info("prompt cache: {:.1f} GB (a quarter of the memory available), not {:.1f} GB",
-                static_cast<double>(available / 4) / 1e9, gb);
-      bytes = available / 4;
-    }
-  }
-  return bytes;
-}
-
 // Working memory beside the weights and the KV pool (activations of a prefill chunk,
 // logits, library workspaces), kept out of --memory-budget's KV share.
 constexpr size_t kWorkingBytes = size_t{2} << 30;
@@ -176,7 +161,8 @@ int run_serve(const ServeFlags& flags) {
 
   std::unique_ptr<Backend> backend = make_backend(flags.device.device, flags.threads.resolve());
   server::EngineWorker::Options engine_options;
-  engine_options.prompt_cache_bytes = prompt_cache_bytes(flags.prompt_cache_gb, *backend);
+  // The prefix cache lives inside the KV pool, so the pool's cap bounds it too.
+  engine_options.prompt_cache_bytes = static_cast<size_t>(flags.prompt_cache_gb * 1e9);
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
   engine_options.kv_budget_bytes = kv_budget_bytes(flags, model, *backend);
@@ -248,7 +234,7 @@ Action register_serve(CLI::App& app) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_option("--prompt-cache", f->prompt_cache_gb,
-                 "GB of finished sequences' KV kept for requests that share their prefix; 0 disables")
+                 "GB of KV blocks kept (inside the --kv-budget pool) for requests that share a prefix; 0 disables")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   f->threads.add_to(app);

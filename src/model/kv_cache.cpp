@@ -8,7 +8,10 @@
 namespace kettle {
 
 KvCache::KvCache(KvCache&& other) noexcept
-    : pool_(other.pool_), length_(std::exchange(other.length_, 0)), tables_(std::move(other.tables_)) {
+    : pool_(other.pool_),
+      length_(std::exchange(other.length_, 0)),
+      window_released_(std::exchange(other.window_released_, 0)),
+      tables_(std::move(other.tables_)) {
   for (auto& t : other.tables_) t.clear();
 }
 
@@ -17,6 +20,7 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
     clear();
     pool_ = other.pool_;
     length_ = std::exchange(other.length_, 0);
+    window_released_ = std::exchange(other.window_released_, 0);
     tables_ = std::move(other.tables_);
     for (auto& t : other.tables_) t.clear();
   }
@@ -29,6 +33,7 @@ void KvCache::clear() {
     tables_[static_cast<size_t>(kind)].clear();
   }
   length_ = 0;
+  window_released_ = 0;
 }
 
 void KvCache::reserve(int64_t tokens) {
@@ -40,10 +45,12 @@ void KvCache::reserve(int64_t tokens) {
   for (int kind = 0; kind < KvPool::kKinds; ++kind) {
     if (!pool_->has_kind(kind)) continue;
     std::vector<int32_t>& table = tables_[static_cast<size_t>(kind)];
-    const int64_t from = kind == KvPool::kWindow ? first_seen : 0;
-    if (static_cast<int64_t>(table.size()) < blocks) table.resize(static_cast<size_t>(blocks), 0);
-    for (int64_t b = from; b < blocks; ++b)
-      if (table[static_cast<size_t>(b)] == 0) table[static_cast<size_t>(b)] = pool_->allocate(kind);
+    // Entries already there are held (or, below the window, let go for good): only new
+    // ones need blocks, so a decode step touches at most one entry.
+    const auto held = static_cast<int64_t>(table.size());
+    const int64_t from = std::max(held, kind == KvPool::kWindow ? first_seen : int64_t{0});
+    if (held < blocks) table.resize(static_cast<size_t>(blocks), 0);
+    for (int64_t b = from; b < blocks; ++b) table[static_cast<size_t>(b)] = pool_->allocate(kind);
   }
 }
 
@@ -52,9 +59,9 @@ void KvCache::set_length(int64_t length) {
   if (!pool_->has_kind(KvPool::kWindow)) return;
   std::vector<int32_t>& table = tables_[KvPool::kWindow];
   const int64_t unseen = std::max<int64_t>(0, length - pool_->window() + 1) / pool_->block_size();
-  for (int64_t b = 0; b < std::min<int64_t>(unseen, static_cast<int64_t>(table.size())); ++b) {
-    pool_->release(KvPool::kWindow, table[static_cast<size_t>(b)]);
-    table[static_cast<size_t>(b)] = 0;
+  for (; window_released_ < std::min<int64_t>(unseen, static_cast<int64_t>(table.size())); ++window_released_) {
+    pool_->release(KvPool::kWindow, table[static_cast<size_t>(window_released_)]);
+    table[static_cast<size_t>(window_released_)] = 0;
   }
 }
 

@@ -44,6 +44,7 @@ class KvCache {
  private:
   KvPool* pool_;
   int64_t length_ = 0;
+  int64_t window_released_ = 0;  // window-kind entries below this are let go
   std::array<std::vector<int32_t>, KvPool::kKinds> tables_;
 };
 

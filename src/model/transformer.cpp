@@ -195,8 +195,7 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   update_ropes(longest);
 
   const int64_t bs = kv_pool_.block_size();
-  int64_t blocks = 1;
-  for (const BatchEntry& e : entries) blocks = std::max(blocks, (e.kv->length() + e.n + bs - 1) / bs);
+  const int64_t blocks = std::max<int64_t>(1, (longest + bs - 1) / bs);  // the longest table of the step
   const int64_t stride = record ? bucket(blocks) : blocks;
   ensure_tables(n_segments, stride);
   if (static_cast<int64_t>(host_ids_.size()) < n) host_ids_.resize(static_cast<size_t>(n));
@@ -259,8 +258,8 @@ void Transformer::upload_step_inputs(int64_t n, int64_t n_segments) {
   }
 }
 
-KvPages Transformer::pages(int64_t layer, int64_t segment, int64_t stride) const {
-  auto& pool = const_cast<KvPool&>(kv_pool_);
+KvPages Transformer::pages(int64_t layer, int64_t segment, int64_t stride) {
+  KvPool& pool = kv_pool_;
   const int kind = pool.kind_of(layer);
   return KvPages{pool.keys(layer), pool.values(layer), pool.kv_size(), pool.block_size(),
                  step_.tables[kind] + segment * step_.table_stride, stride};

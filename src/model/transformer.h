@@ -88,7 +88,7 @@ class Transformer {
   void ensure_tables(int64_t n_segments, int64_t stride);
   void update_ropes(int64_t seq_len);
   uint64_t step_key() const;
-  KvPages pages(int64_t layer, int64_t segment, int64_t stride) const;
+  KvPages pages(int64_t layer, int64_t segment, int64_t stride);
 
   const Model& model_;
   Backend& backend_;
