@@ -110,14 +110,18 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab) {
   return token;
 }
 
+SampleRow Sampler::rule() const { return {params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f}; }
+
+double Sampler::next_uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
 int32_t Sampler::draw(const float* logits, int64_t vocab) {
-  const SampleRow row{params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f};
-  return cpu::sample_row(logits, vocab, row, std::uniform_real_distribution<double>(0.0, 1.0)(rng_), candidates_);
+  return cpu::sample_row(logits, vocab, rule(), next_uniform(), candidates_);
 }
 
+// One uniform per drawn token, as draw() takes it, so both paths walk the same sequence.
 SampleRow Sampler::device_row() {
-  SampleRow row{params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f};
-  if (row.temperature > 0.0f) row.uniform = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rng_));
+  SampleRow row = rule();
+  if (row.temperature > 0.0f) row.uniform = static_cast<float>(next_uniform());
   return row;
 }
 

@@ -88,6 +88,8 @@ class Sampler {
   bool adjusts_logits() const;
   void accept_seen(int32_t id);
   int32_t draw(const float* logits, int64_t vocab);
+  SampleRow rule() const;  // the params' temperature / top-k / top-p / min-p
+  double next_uniform();   // in [0, 1), from the request's generator
   void fill_logprobs(const float* logits, int64_t vocab, SampledToken& token);
 
   SamplingParams params_;
