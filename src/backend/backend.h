@@ -68,11 +68,12 @@ struct InputNorm {
 // [pool rows, n_kv_heads * head_dim] (row = block * block_size + offset). A sequence's
 // logical row r (its position) is at block table[r / block_size], offset r % block_size.
 // Query (or token) t of a call reads its table at tables + t * table_stride; a stride of
-// 0 means every token of the call belongs to one sequence (a prompt chunk).
+// 0 means every token of the call belongs to one sequence (a prompt chunk). Elements are
+// the backend's KV type (Backend::kv_value_bytes: f32 on the CPU, f16 on CUDA).
 struct KvPages {
-  float* k = nullptr;
-  float* v = nullptr;
-  int64_t ld = 0;                   // row stride of k and v (n_kv_heads * head_dim)
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t ld = 0;                   // row stride of k and v in elements (n_kv_heads * head_dim)
   int block_size = 0;
   const int32_t* tables = nullptr;  // backend memory
   int64_t table_stride = 0;
@@ -125,6 +126,8 @@ class Backend {
   virtual void run_step(uint64_t key, const std::function<void()>& ops) = 0;
   // Bytes of backend memory free now; 0 where the backend does not say (host memory).
   virtual size_t free_memory() { return 0; }
+  // Bytes of one cached key or value element (KvPages): 4 for f32, 2 for f16.
+  virtual size_t kv_value_bytes() const { return sizeof(float); }
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).
   virtual double measure_copy_bandwidth() { return 0.0; }

@@ -17,6 +17,7 @@ KvPool::KvPool(Backend& backend, const ModelSpec& spec, Options options)
       max_sequences_(options.max_sequences),
       max_step_(options.max_step),
       kv_size_(spec.kv_size()),
+      value_bytes_(backend.kv_value_bytes()),
       k_(static_cast<size_t>(spec.n_layers)),
       v_(static_cast<size_t>(spec.n_layers)) {
   for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
@@ -30,7 +31,7 @@ KvPool::KvPool(Backend& backend, const ModelSpec& spec, Options options)
 
 size_t KvPool::bytes_per_block(int kind) const {
   return static_cast<size_t>(layers_of_kind_[static_cast<size_t>(kind)]) * static_cast<size_t>(block_size_) *
-         static_cast<size_t>(kv_size_) * sizeof(float) * 2;
+         static_cast<size_t>(kv_size_) * value_bytes_ * 2;
 }
 
 // A window layer's query reads `window` rows back; a step writes up to max_step rows before
@@ -86,15 +87,16 @@ int64_t KvPool::available_blocks(int kind) const {
   return static_cast<int64_t>(free_[k].size()) + std::max<int64_t>(0, max_blocks(kind) - std::max<int64_t>(capacity_[k], 1));
 }
 
-// Backend memory set to 0.0f: one block's worth uploaded, then doubled by device copies.
-void KvPool::zero(float* data, size_t count) {
-  if (count == 0) return;
-  const size_t first = std::min(count, static_cast<size_t>(block_size_ * kv_size_));
-  const std::vector<float> zeros(first, 0.0f);
-  backend_.to_device(data, zeros.data(), first * sizeof(float));
-  for (size_t done = first; done < count;) {
-    const size_t n = std::min(done, count - done);
-    backend_.copy(data + done, data, n * sizeof(float));
+// Backend memory set to zero bytes (0.0 in f32 and f16): one block's worth uploaded, then
+// doubled by device copies.
+void KvPool::zero(unsigned char* data, size_t bytes) {
+  if (bytes == 0) return;
+  const size_t first = std::min(bytes, static_cast<size_t>(block_size_ * kv_size_) * value_bytes_);
+  const std::vector<unsigned char> zeros(first, 0);
+  backend_.to_device(data, zeros.data(), first);
+  for (size_t done = first; done < bytes;) {
+    const size_t n = std::min(done, bytes - done);
+    backend_.copy(data + done, data, n);
     done += n;
   }
 }
@@ -103,12 +105,12 @@ bool KvPool::grow(int kind, int64_t blocks) {
   const auto k = static_cast<size_t>(kind);
   blocks = std::min(blocks, max_blocks(kind));
   if (blocks <= capacity_[k]) return false;
-  const size_t row_floats = static_cast<size_t>(block_size_ * kv_size_);
+  const size_t block_bytes = static_cast<size_t>(block_size_ * kv_size_) * value_bytes_;
   for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
     if (layer_kind_[layer] != kind) continue;
     for (auto* buffers : {&k_, &v_}) {
-      BackendArray<float> grown(backend_, static_cast<size_t>(blocks) * row_floats);
-      BackendArray<float>& old = (*buffers)[layer];
+      BackendArray<unsigned char> grown(backend_, static_cast<size_t>(blocks) * block_bytes);
+      BackendArray<unsigned char>& old = (*buffers)[layer];
       if (old.size() > 0) backend_.copy(grown.data(), old.data(), old.bytes());
       // New blocks start as zeros: a kernel may read rows it then masks out (0 · NaN is NaN).
       zero(grown.data() + old.size(), grown.size() - old.size());

@@ -1,6 +1,6 @@
 // KvPool: the paged KV store every sequence's cache lives in. Each layer's keys
 // and values are one buffer of fixed-size blocks ([blocks * block_size,
-// kv_size] f32, backend memory); a sequence (KvCache) holds a table of block
+// kv_size] elements of the backend's KV type, backend memory); a sequence (KvCache) holds a table of block
 // ids. Layers of one kind share block ids: kind 0 holds the full-attention
 // layers, kind 1 the sliding-window layers, whose sequences keep only the blocks
 // their window can still see. Blocks are reference-counted, so a prefix cache
@@ -49,8 +49,8 @@ class KvPool {
   // The longest sliding window (kWindow layers); 0 when there are none.
   int64_t window() const { return window_; }
   int64_t kv_size() const { return kv_size_; }
-  float* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
-  float* values(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
+  void* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
+  void* values(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
   uint64_t epoch() const { return epoch_; }
 
   // A block of `kind` with one reference; grows the buffers or asks the reclaimer when
@@ -83,7 +83,7 @@ class KvPool {
 
  private:
   bool grow(int kind, int64_t blocks);
-  void zero(float* data, size_t count);
+  void zero(unsigned char* data, size_t bytes);
   int64_t max_blocks(int kind) const;
   int admitted_kind() const { return has_kind(kFull) ? kFull : kWindow; }
   int64_t window_blocks_per_sequence() const;
@@ -94,10 +94,11 @@ class KvPool {
   int max_sequences_;
   int64_t max_step_;
   int64_t kv_size_;
+  size_t value_bytes_;  // of one key or value element (Backend::kv_value_bytes)
   int64_t window_ = 0;
   std::vector<int> layer_kind_;
   std::vector<int64_t> layers_of_kind_ = std::vector<int64_t>(kKinds, 0);
-  std::vector<BackendArray<float>> k_, v_;
+  std::vector<BackendArray<unsigned char>> k_, v_;  // bytes
   std::vector<int64_t> capacity_ = std::vector<int64_t>(kKinds, 0);  // blocks per layer buffer
   std::vector<int64_t> used_ = std::vector<int64_t>(kKinds, 0);
   std::vector<std::vector<int32_t>> refs_ = std::vector<std::vector<int32_t>>(kKinds);

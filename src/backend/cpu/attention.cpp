@@ -47,7 +47,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
       const float* qh = q + t * ldq + static_cast<int64_t>(h) * hd;
       float max_score = -INFINITY;
       for (int64_t j = 0; j < count; ++j) {
-        const float* kj = kv.k + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
+        const float* kj = static_cast<const float*>(kv.k) + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
         float s = dot(qh, kj, hd) * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scores[static_cast<size_t>(j)] = s;
@@ -62,7 +62,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
       std::fill(oh, oh + hd, 0.0f);
       const float inv = 1.0f / denom;
       for (int64_t j = 0; j < count; ++j) {
-        const float* vj = kv.v + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
+        const float* vj = static_cast<const float*>(kv.v) + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
         axpy(oh, scores[static_cast<size_t>(j)] * inv, vj, hd);
       }
     }

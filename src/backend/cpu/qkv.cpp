@@ -58,9 +58,9 @@ void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, c
       float* q = q_out + t * qs;
       std::copy_n(row, qs, q);
       const int64_t slot = page_row(kv, t, pos);
-      float* k = kv.k + slot * kv.ld;
+      float* k = static_cast<float*>(kv.k) + slot * kv.ld;
       std::copy_n(row + qs, kvs, k);
-      std::copy_n(row + qs + kvs, kvs, kv.v + slot * kv.ld);
+      std::copy_n(row + qs + kvs, kvs, static_cast<float*>(kv.v) + slot * kv.ld);
       for (int h = 0; h < layout.n_heads; ++h) {
         if (!qn.empty()) norm_head(q + h * hd, hd, qn, layout.norm_eps);
         rotate_head(q + h * hd, cos_v.data(), sin_v.data(), half);

@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     for (int i = threadIdx.x; i < kTile * hd; i += blockDim.x) {
       const int r = i / hd, d = i % hd;
       const int64_t row = tile_rows[r];
-      ks[r][d] = row >= 0 ? kv.k[row + d] : 0.0f;
-      vs[r][d] = row >= 0 ? kv.v[row + d] : 0.0f;
+      ks[r][d] = row >= 0 ? __half2float(kv.k[row + d]) : 0.0f;
+      vs[r][d] = row >= 0 ? __half2float(kv.v[row + d]) : 0.0f;
     }
     __syncthreads();
     // Scores: lane = key k0 + lane, for this warp's queries.

@@ -1,6 +1,6 @@
 // CudaBackend: the Backend ops on one CUDA device, all on one stream.
 // Weights are resident in bf16 (norm weights and biases in f32); activations
-// and the KV cache are f32 in device memory. Decode matmuls are hand-written
+// are f32 and the KV cache f16 in device memory. Decode matmuls are hand-written
 // GEMVs (kernels.h); prefill matmuls are cuBLAS bf16 GEMMs with f32 output.
 // run_step records a step as a CUDA graph on its second sighting (the first
 // runs eagerly, so workspaces are sized outside the capture) and replays it.
@@ -13,10 +13,12 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_timer.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -31,9 +33,6 @@ void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     fail(ErrorCategory::kInternal, "cuBLAS: {} failed: {}", what, cublasGetStatusString(status));
 }
-
-// After each launch: a bad configuration shows up here, not three ops later.
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
 const cuda::Bf16* bf16_data(const Tensor& w, const char* op) {
   if (w.dtype != DType::kBF16) fail(ErrorCategory::kInternal, "cuda {}: weight is {}, not a resident bf16 tensor", op, dtype_name(w.dtype));
@@ -72,9 +71,11 @@ class CudaBackend final : public Backend {
     device_name_ = prop.name;
     check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kPinnedBytes), "cudaMallocHost");
     check(cudaMallocHost(reinterpret_cast<void**>(&pinned_out_), kPinnedBytes), "cudaMallocHost");
+    timer_.bind(stream_);
   }
 
   ~CudaBackend() override {
+    timer_.report();
     cudaStreamSynchronize(stream_);
     drop_graphs();
     for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
@@ -119,6 +120,7 @@ class CudaBackend final : public Backend {
     }
     free_[round_up(bytes)].push_back(data);
   }
+  size_t kv_value_bytes() const override { return 2; }  // f16 (paging.cuh)
   size_t free_memory() override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -150,6 +152,7 @@ class CudaBackend final : public Backend {
       check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     }
     pinned_used_ = 0;  // the stream is idle: every staged upload has landed
+    timer_.restart();
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (device)");
@@ -190,6 +193,7 @@ class CudaBackend final : public Backend {
   }
 
   void run_step(uint64_t key, const std::function<void()>& ops) override {
+    if (timer_.enabled()) return ops();  // each op timed on its own
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {  // first sighting: run it, sizing workspaces
       graphs_.emplace(key, nullptr);
@@ -393,8 +397,8 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxGraphs = 128;  // decode steps: batch buckets × table-width buckets
   static constexpr size_t kReturnedBytes = size_t{256} << 20;
   static constexpr size_t kPinnedBytes = size_t{4} << 20;
-  static constexpr int64_t kSplitRows = 64;
-  static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel  // GEMMs of at most this many rows take x as hi + lo
+  static constexpr int64_t kSplitRows = 64;  // GEMMs of at most this many rows take x as hi + lo
+  static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel
 
   // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
   // and reused for other weights at the same address must not find the old copy.
@@ -493,10 +497,6 @@ class CudaBackend final : public Backend {
       check_launch("gemv");
       return;
     }
-    if (norm != nullptr) {
-      x = normalized(x, n, k, *norm);
-      ldx = k;
-    }
     if (n <= kSplitRows) {
       // Few rows: the GEMM streams the weights once either way, so x goes in as two
       // bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)) for f32-accurate activations at
@@ -559,6 +559,13 @@ class CudaBackend final : public Backend {
                        CUDA_R_16BF, static_cast<int>(k), accumulate ? &one : &zero, out, CUDA_R_32F, static_cast<int>(ldo),
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
+    if (timer_.enabled()) timer_.mark("gemm " + std::to_string(n) + "x" + std::to_string(m) + "x" + std::to_string(k));
+  }
+
+  // After each launch: a bad configuration shows up here, not three ops later.
+  void check_launch(const char* what) {
+    check(cudaGetLastError(), what);
+    timer_.mark(what);
   }
 
   static void check_pages(const KvPages& kv, const char* op) {
@@ -601,6 +608,7 @@ class CudaBackend final : public Backend {
   char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
+  cuda::OpTimer timer_;
   Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
 };
 

@@ -1,8 +1,11 @@
 // The paged KV cache (KvPages) as kernels see it: a logical row of a query's
 // sequence mapped to its pool row through the query's block table, with a
-// shift instead of a division when the block size is a power of two.
+// shift instead of a division when the block size is a power of two. Keys and
+// values are f16 (CudaBackend::kv_value_bytes): half the bytes of f32 for the
+// attention reads, 11 significant bits, ample range for post-RoPE keys.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,8 +15,8 @@
 namespace kettle::cuda {
 
 struct Pages {
-  float* k = nullptr;  // [pool rows, ld]
-  float* v = nullptr;
+  __half* k = nullptr;  // [pool rows, ld]
+  __half* v = nullptr;
   int64_t ld = 0;
   const int32_t* tables = nullptr;  // device memory
   int64_t table_stride = 0;
@@ -31,8 +34,8 @@ struct Pages {
 
 inline Pages pages_of(const KvPages& kv) {
   Pages p;
-  p.k = kv.k;
-  p.v = kv.v;
+  p.k = static_cast<__half*>(kv.k);
+  p.v = static_cast<__half*>(kv.v);
   p.ld = kv.ld;
   p.tables = kv.tables;
   p.table_stride = kv.table_stride;

@@ -1,7 +1,7 @@
 // RoPE (HF rotate_half layout, angles as float32 position × float32 inv_freq,
 // as torch computes them) and the fused step after the q/k/v projection:
 // per-head q/k RMSNorm, rotation, q to its buffer, k and v into the cache row
-// of the token's position through its block table (positions and tables are
+// of the token's position through its block table, as f16 (positions and tables are
 // read from device memory, so a recorded step can be replayed at the next position).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -42,9 +42,8 @@ __global__ void __launch_bounds__(kHeadThreads)
   const bool is_q = h < n_heads, is_k = !is_q && h < n_heads + n_kv_heads;
   const float* src = qkv + t * ld + static_cast<int64_t>(h) * head_dim;  // [q | k | v] heads are contiguous
   const int64_t slot = is_q ? 0 : kv.row(kv.table(t), static_cast<int>(pos)) * kv.ld;
-  float* dst = is_q   ? q_out + (t * n_heads + h) * head_dim
-               : is_k ? kv.k + slot + static_cast<int64_t>(h - n_heads) * head_dim
-                      : kv.v + slot + static_cast<int64_t>(h - n_heads - n_kv_heads) * head_dim;
+  __half* cached = is_k ? kv.k + slot + static_cast<int64_t>(h - n_heads) * head_dim
+                        : kv.v + slot + static_cast<int64_t>(h - n_heads - n_kv_heads) * head_dim;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = src[i];
   const float* norm = is_q ? q_norm : is_k ? k_norm : nullptr;
   if (norm != nullptr) {  // uniform per block
@@ -56,19 +55,23 @@ __global__ void __launch_bounds__(kHeadThreads)
       head[i] = (add_one ? 1.0f + norm[i] : norm[i]) * (head[i] * inv);
   }
   __syncthreads();
-  if (!is_q && !is_k) {
+  if (is_q || is_k) {  // rotated in place: a thread owns the pair (i, i + half); the tail stays
+    const float p = static_cast<float>(pos);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      const float angle = p * inv_freq[i];
+      const float c = cosf(angle) * attention_factor, s = sinf(angle) * attention_factor;
+      const float a = head[i], b = head[i + half];
+      head[i] = a * c - b * s;
+      head[i + half] = b * c + a * s;
+    }
+    __syncthreads();
+  }
+  if (is_q) {
+    float* dst = q_out + (t * n_heads + h) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = head[i];
-    return;
+  } else {
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) cached[i] = __float2half_rn(head[i]);
   }
-  const float p = static_cast<float>(pos);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = p * inv_freq[i];
-    const float c = cosf(angle) * attention_factor, s = sinf(angle) * attention_factor;
-    const float a = head[i], b = head[i + half];
-    dst[i] = a * c - b * s;
-    dst[i + half] = b * c + a * s;
-  }
-  for (int i = 2 * half + threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = head[i];  // unrotated tail
 }
 
 }  // namespace

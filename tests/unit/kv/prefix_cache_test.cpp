@@ -44,8 +44,8 @@ KvCache filled(KvPool& pool, const std::vector<int32_t>& tokens) {
     for (size_t t = 0; t < tokens.size(); ++t) {
       const int64_t row = table[t / kBlock] * int64_t{kBlock} + static_cast<int64_t>(t % kBlock);
       for (int64_t c = 0; c < kKvSize; ++c) {
-        pool.keys(layer)[row * kKvSize + c] = static_cast<float>(tokens[t]);
-        pool.values(layer)[row * kKvSize + c] = -static_cast<float>(tokens[t]);
+        static_cast<float*>(pool.keys(layer))[row * kKvSize + c] = static_cast<float>(tokens[t]);  // CPU: f32
+        static_cast<float*>(pool.values(layer))[row * kKvSize + c] = -static_cast<float>(tokens[t]);
       }
     }
   }
@@ -77,7 +77,7 @@ TEST_F(PrefixCacheTest, LongestBlockAlignedPrefixIsSharedNotMoved) {
     lent.adopt(hit.blocks, hit.tokens);
     EXPECT_EQ(lent.length(), 8);
     const int32_t b1 = lent.table(KvPool::kFull)[1];
-    EXPECT_EQ(pool_.keys(1)[(b1 * kBlock + 3) * kKvSize], 107.0f);  // token 7 of the prefix
+    EXPECT_EQ(static_cast<const float*>(pool_.keys(1))[(b1 * kBlock + 3) * kKvSize], 107.0f);  // token 7 of the prefix
     EXPECT_EQ(pool_.references(KvPool::kFull, b1), 3);                // seq, the tree, lent
   }
   PrefixCacheStats s = cache.stats();
