@@ -48,9 +48,11 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
 
 }  // namespace
 
-Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options kv)
+Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options kv, TensorParallel tp)
     : model_(model),
       backend_(backend),
+      tp_(tp),
+      vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.vocab_size),
       weights_(resident_weights(backend, model.spec, model.weights)),
       kv_pool_(backend, model.spec, kv) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
@@ -97,7 +99,7 @@ void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
     ++scratch_epoch_;
   }
   if (logits_rows > logits_rows_) {
-    logits_ = BackendArray<float>(backend_, static_cast<size_t>(logits_rows * s.vocab_size));
+    logits_ = BackendArray<float>(backend_, static_cast<size_t>(logits_rows * vocab_));
     if (next_id_.size() == 0) next_id_ = BackendArray<int32_t>(backend_, 1);
     logits_rows_ = logits_rows;
     ++scratch_epoch_;
@@ -141,7 +143,7 @@ void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsF
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
   execute({{tokens, n, &kv}}, which == LogitsFor::kAllTokens ? Rows::kAll : Rows::kLast, logits, false);
   if (!backend_.host_memory())
-    backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * model_.spec.vocab_size) * sizeof(float));
+    backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * vocab_) * sizeof(float));
 }
 
 int32_t Transformer::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
@@ -155,14 +157,14 @@ void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* l
   execute(entries, Rows::kLastPerEntry, logits, false);
   if (!backend_.host_memory())
     backend_.to_host(logits, logits_.data(),
-                     static_cast<size_t>(static_cast<int64_t>(entries.size()) * model_.spec.vocab_size) * sizeof(float));
+                     static_cast<size_t>(static_cast<int64_t>(entries.size()) * vocab_) * sizeof(float));
 }
 
 void Transformer::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) {
   execute(entries, Rows::kLastPerEntry, nullptr, false);
   const auto rows = static_cast<int64_t>(entries.size());
   if (backend_.host_memory()) {
-    backend_.sample(logits_.data(), rows, model_.spec.vocab_size, params, ids);
+    backend_.sample(logits_.data(), rows, vocab_, params, ids);
     return;
   }
   if (static_cast<int64_t>(sampled_.size()) < rows) {
@@ -170,7 +172,7 @@ void Transformer::forward_batch(const std::vector<BatchEntry>& entries, const Sa
     sampled_ = BackendArray<int32_t>(backend_, static_cast<size_t>(bucket(rows)));
   }
   backend_.to_device(sample_rows_.data(), params, static_cast<size_t>(rows) * sizeof(SampleRow));
-  backend_.sample(logits_.data(), rows, model_.spec.vocab_size, sample_rows_.data(), sampled_.data());
+  backend_.sample(logits_.data(), rows, vocab_, sample_rows_.data(), sampled_.data());
   backend_.to_host(ids, sampled_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
 }
 
@@ -192,6 +194,10 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   // The host backend writes logits straight into the caller's buffer unless it needs them itself.
   const bool own_logits = !host || greedy || host_logits == nullptr;
   ensure_scratch(n, own_logits ? rows : 0);
+  if (tp_.collective != nullptr && shard_logits_.size() < static_cast<size_t>(rows * model_.spec.vocab_size)) {
+    shard_logits_ = BackendArray<float>(backend_, static_cast<size_t>(rows * model_.spec.vocab_size));
+    ++scratch_epoch_;
+  }
   update_ropes(longest);
 
   const int64_t bs = kv_pool_.block_size();
@@ -274,7 +280,9 @@ void Transformer::run_step() {
     attention_block(layer);
     mlp_block(layer);
   }
-  const MatmulTarget head{&w.lm_head, nullptr, step_.logits, s.vocab_size};
+  // Under tensor parallelism the head writes this rank's vocabulary slice, then the ranks gather.
+  float* head_out = tp_.collective != nullptr ? shard_logits_.data() : step_.logits;
+  const MatmulTarget head{&w.lm_head, nullptr, head_out, s.vocab_size};
   const float* last_rows = hidden_.data() + (n - step_.rows) * h;
   if (step_.last_per_segment && step_.rows != n) {  // a batch with prompt chunks: gather each sequence's last row
     for (size_t i = 0; i < step_.segments.size(); ++i) {
@@ -285,8 +293,10 @@ void Transformer::run_step() {
     last_rows = normed_.data();
   }
   backend_.norm_matmul_many(last_rows, step_.rows, norm_of(w.final_norm), &head, 1);
-  if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * s.vocab_size, s.final_softcap);
-  if (step_.next_id != nullptr) backend_.argmax(step_.logits, 1, s.vocab_size, step_.next_id);
+  if (tp_.collective != nullptr)
+    tp_.collective->all_gather_columns(head_out, step_.rows, s.vocab_size, tp_.vocab_begin, step_.logits, vocab_);
+  if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * vocab_, s.final_softcap);
+  if (step_.next_id != nullptr) backend_.argmax(step_.logits, 1, vocab_, step_.next_id);
 }
 
 InputNorm Transformer::norm_of(const Tensor& weight) const {
@@ -299,11 +309,17 @@ void Transformer::add_block_output(const float* x, int64_t ldx, const Tensor& w,
                                    const Tensor& post_norm) {
   const ModelSpec& s = model_.spec;
   const int64_t n = step_.n, h = s.hidden_size;
-  if (post_norm.empty()) {
+  if (post_norm.empty() && tp_.collective == nullptr) {
     backend_.matmul_add(x, n, ldx, w, bias, hidden_.data(), h);
     return;
   }
   backend_.matmul(x, n, ldx, w, bias, proj_.data(), h);
+  // A row-parallel projection: each rank holds a part of the sum (rank 0 the bias).
+  if (tp_.collective != nullptr) tp_.collective->all_reduce_sum(proj_.data(), n * h);
+  if (post_norm.empty()) {
+    backend_.add(hidden_.data(), proj_.data(), n * h);
+    return;
+  }
   backend_.rms_norm(proj_.data(), n, h, h, post_norm, s.rms_norm_eps, s.norm_add_one, proj_.data(), h);
   backend_.add(hidden_.data(), proj_.data(), n * h);
 }

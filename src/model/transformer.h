@@ -4,6 +4,9 @@
 // memory. A step in which every sequence decodes one token is handed to
 // Backend::run_step so a GPU backend records it once per batch-size bucket and
 // replays it; on a device the batch is padded up to its bucket for that.
+// Under tensor parallelism (model/tensor_parallel.h) one Transformer runs each
+// rank's shard, summing the row-parallel outputs and gathering the logits
+// through the rank's Collective; the logits it returns cover the whole vocabulary.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/rope_config.h"
+#include "model/tensor_parallel.h"
 #include "tensor/host_buffer.h"
 
 namespace kettle {
@@ -30,9 +34,11 @@ struct BatchEntry {
 
 class Transformer {
  public:
-  Transformer(const Model& model, Backend& backend, KvPool::Options kv = {});
+  Transformer(const Model& model, Backend& backend, KvPool::Options kv = {}, TensorParallel tp = {});
 
   const ModelSpec& spec() const { return model_.spec; }
+  // Width of the logits this Transformer writes: the whole vocabulary, also on a shard.
+  int64_t vocab() const { return vocab_; }
   Backend& backend() { return backend_; }
   KvPool& kv_pool() { return kv_pool_; }
   KvCache new_cache() { return KvCache(kv_pool_); }
@@ -92,6 +98,8 @@ class Transformer {
 
   const Model& model_;
   Backend& backend_;
+  TensorParallel tp_;
+  int64_t vocab_;  // logits width (the full vocabulary under tensor parallelism)
   ModelWeights weights_;  // model_.weights as the backend reads them
   std::vector<RopeTable> ropes_;
   std::vector<int64_t> rope_len_;  // the seq_len each table was computed for (length-dependent types)
@@ -117,6 +125,7 @@ class Transformer {
   BackendArray<float> proj_;     // [n, hidden] block outputs under a sandwich norm, MoE
   BackendArray<float> mlp_;      // [n, 2 inter] [gate | up]
   BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
+  BackendArray<float> shard_logits_;  // [rows, this shard's vocabulary] (tensor parallelism)
   BackendArray<int32_t> next_id_;  // [1] the greedy step's result
   KvPool kv_pool_;                 // last: cleared before the scratch it never touches
 };

@@ -1,0 +1,46 @@
+// Tensor parallelism (issue 8): one rank's part of a model split Megatron-style
+// over `ranks` devices. Column-parallel: q, k and v (heads split: a rank keeps
+// n_heads / ranks query heads and n_kv_heads / ranks KV heads, so its KV cache
+// holds only those), gate and up (intermediate split). Row-parallel: o_proj and
+// down, whose partial outputs the ranks sum (Collective::all_reduce_sum) before
+// the residual add; their biases stay on rank 0. The LM head is split by
+// vocabulary and the ranks gather the logits. Norms and the embedding table
+// are replicated (the table is read one row per token). MoE layers do not split
+// yet.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/collective.h"
+#include "model/model.h"
+
+namespace kettle {
+
+struct ModelShard {
+  Model model;                  // this rank's spec (vocab_size: its slice) and weights
+  int rank = 0, ranks = 1;
+  int64_t vocab_begin = 0;      // this rank's first LM-head row
+  int64_t full_vocab = 0;
+  std::vector<std::vector<uint8_t>> owned;  // column slices copied out of the checkpoint
+};
+
+// Throws kettle::Error (kUnsupported) naming what does not divide by `ranks`.
+void check_splittable(const ModelSpec& spec, int ranks);
+
+// Rank `rank` of `ranks`: views into `model`'s tensors where a slice is contiguous,
+// copies (held in the shard) where it is not. `model` must outlive the shard.
+ModelShard shard_model(const Model& model, int rank, int ranks);
+
+// What a Transformer running one shard needs: its rank's collective and its LM-head slice.
+struct TensorParallel {
+  Collective* collective = nullptr;  // nullptr: the whole model on one device
+  int64_t vocab_begin = 0;
+  int64_t full_vocab = 0;
+};
+
+inline TensorParallel tensor_parallel_of(const ModelShard& shard, Collective& collective) {
+  return TensorParallel{&collective, shard.vocab_begin, shard.full_vocab};
+}
+
+}  // namespace kettle
