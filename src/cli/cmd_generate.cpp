@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "engine/generator.h"
 #include "model/model.h"
+#include "model/transformer.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"

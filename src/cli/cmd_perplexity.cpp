@@ -14,6 +14,7 @@
 #include "cli/options.h"
 #include "engine/perplexity.h"
 #include "model/model.h"
+#include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"

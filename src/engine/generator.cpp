@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "tensor/host_buffer.h"
 #include "util/error.h"
 #include "util/timer.h"
 
@@ -22,7 +23,7 @@ SamplingParams default_sampling(const GenerationDefaults& d) {
   return p;
 }
 
-GenerationResult generate(Transformer& transformer, const GenerationRequest& request,
+GenerationResult generate(ModelRunner& transformer, const GenerationRequest& request,
                           const std::function<void(const SampledToken&)>& on_token) {
   const ModelSpec& spec = transformer.spec();
   if (request.prompt.empty()) fail(ErrorCategory::kInvalidArgument, "the prompt is empty: give at least one token");

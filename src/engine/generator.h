@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "model/transformer.h"
+#include "model/generation_config.h"
+#include "model/model_runner.h"
 
 namespace kettle {
 
@@ -34,7 +35,7 @@ struct GenerationResult {
 
 // on_token (optional) sees each sampled token as it is produced, with its
 // log-probabilities when request.sampling.logprobs is set.
-GenerationResult generate(Transformer& transformer, const GenerationRequest& request,
+GenerationResult generate(ModelRunner& transformer, const GenerationRequest& request,
                           const std::function<void(const SampledToken&)>& on_token = {});
 
 // Sampling defaults from generation_config.json, as transformers would apply them.

@@ -22,7 +22,7 @@ double token_nll(const float* row, int64_t vocab, int32_t target) {
 
 }  // namespace
 
-PerplexityResult perplexity(Transformer& transformer, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
+PerplexityResult perplexity(ModelRunner& transformer, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
                             const std::function<void(int64_t, int64_t, double)>& progress) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t vocab = transformer.spec().vocab_size;

@@ -11,15 +11,26 @@
 namespace kettle {
 
 KvPool::KvPool(Backend& backend, const ModelSpec& spec, Options options)
-    : backend_(backend),
+    : KvPool(std::vector<Backend*>{&backend}, spec, options) {}
+
+KvPool::KvPool(const std::vector<Backend*>& backends, const ModelSpec& spec, Options options)
+    : backends_(backends),
       block_size_(std::max(1, options.block_size)),
       max_bytes_(options.max_bytes),
       max_sequences_(options.max_sequences),
       max_step_(options.max_step),
       kv_size_(spec.kv_size()),
-      value_bytes_(backend.kv_value_bytes()),
-      k_(static_cast<size_t>(spec.n_layers)),
-      v_(static_cast<size_t>(spec.n_layers)) {
+      value_bytes_(backends.at(0)->kv_value_bytes()),
+      k_(backends.size()),
+      v_(backends.size()) {
+  for (size_t rank = 0; rank < backends.size(); ++rank) {
+    k_[rank].resize(static_cast<size_t>(spec.n_layers));
+    v_[rank].resize(static_cast<size_t>(spec.n_layers));
+  }
+  for (Backend* b : backends_)
+    if (b->kv_value_bytes() != value_bytes_)
+      fail(ErrorCategory::kInternal, "tensor-parallel ranks keep KV in different types ({} and {} bytes)", value_bytes_,
+           b->kv_value_bytes());
   for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
     const int window = spec.layers[static_cast<size_t>(layer)].sliding_window;
     const int kind = window > 0 ? kWindow : kFull;
@@ -89,14 +100,14 @@ int64_t KvPool::available_blocks(int kind) const {
 
 // Backend memory set to zero bytes (0.0 in f32 and f16): one block's worth uploaded, then
 // doubled by device copies.
-void KvPool::zero(unsigned char* data, size_t bytes) {
+void KvPool::zero(Backend& backend, unsigned char* data, size_t bytes) {
   if (bytes == 0) return;
   const size_t first = std::min(bytes, static_cast<size_t>(block_size_ * kv_size_) * value_bytes_);
   const std::vector<unsigned char> zeros(first, 0);
-  backend_.to_device(data, zeros.data(), first);
+  backend.to_device(data, zeros.data(), first);
   for (size_t done = first; done < bytes;) {
     const size_t n = std::min(done, bytes - done);
-    backend_.copy(data + done, data, n);
+    backend.copy(data + done, data, n);
     done += n;
   }
 }
@@ -106,15 +117,18 @@ bool KvPool::grow(int kind, int64_t blocks) {
   blocks = std::min(blocks, max_blocks(kind));
   if (blocks <= capacity_[k]) return false;
   const size_t block_bytes = static_cast<size_t>(block_size_ * kv_size_) * value_bytes_;
-  for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
-    if (layer_kind_[layer] != kind) continue;
-    for (auto* buffers : {&k_, &v_}) {
-      BackendArray<unsigned char> grown(backend_, static_cast<size_t>(blocks) * block_bytes);
-      BackendArray<unsigned char>& old = (*buffers)[layer];
-      if (old.size() > 0) backend_.copy(grown.data(), old.data(), old.bytes());
-      // New blocks start as zeros: a kernel may read rows it then masks out (0 · NaN is NaN).
-      zero(grown.data() + old.size(), grown.size() - old.size());
-      old = std::move(grown);
+  for (size_t rank = 0; rank < backends_.size(); ++rank) {
+    Backend& backend = *backends_[rank];
+    for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
+      if (layer_kind_[layer] != kind) continue;
+      for (auto* buffers : {&k_[rank], &v_[rank]}) {
+        BackendArray<unsigned char> grown(backend, static_cast<size_t>(blocks) * block_bytes);
+        BackendArray<unsigned char>& old = (*buffers)[layer];
+        if (old.size() > 0) backend.copy(grown.data(), old.data(), old.bytes());
+        // New blocks start as zeros: a kernel may read rows it then masks out (0 · NaN is NaN).
+        zero(backend, grown.data() + old.size(), grown.size() - old.size());
+        old = std::move(grown);
+      }
     }
   }
   refs_[k].resize(static_cast<size_t>(blocks), 0);

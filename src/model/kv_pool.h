@@ -8,6 +8,10 @@
 // each kind is never handed out: unused table entries and padding rows point
 // at it.
 //
+// Under tensor parallelism every rank keeps its own buffers (its KV heads) in its
+// own backend, and the ranks share the bookkeeping: a block id means the same
+// block on every rank. `max_bytes` and the byte counts are per rank.
+//
 // The buffers grow (doubling, copied once) up to `max_bytes`; block ids stay
 // valid, only addresses change, and `epoch()` counts the moves so a recorded
 // step knows it is stale. Out of blocks, the pool asks its reclaimer (the
@@ -40,6 +44,8 @@ class KvPool {
   };
 
   KvPool(Backend& backend, const ModelSpec& spec, Options options);
+  // One set of buffers per backend (tensor-parallel ranks, each `spec` its shard's).
+  KvPool(const std::vector<Backend*>& backends, const ModelSpec& spec, Options options);
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
@@ -49,8 +55,8 @@ class KvPool {
   // The longest sliding window (kWindow layers); 0 when there are none.
   int64_t window() const { return window_; }
   int64_t kv_size() const { return kv_size_; }
-  void* keys(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
-  void* values(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
+  void* keys(int64_t layer, int rank = 0) { return k_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].data(); }
+  void* values(int64_t layer, int rank = 0) { return v_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].data(); }
   uint64_t epoch() const { return epoch_; }
 
   // A block of `kind` with one reference; grows the buffers or asks the reclaimer when
@@ -83,12 +89,12 @@ class KvPool {
 
  private:
   bool grow(int kind, int64_t blocks);
-  void zero(unsigned char* data, size_t bytes);
+  void zero(Backend& backend, unsigned char* data, size_t bytes);
   int64_t max_blocks(int kind) const;
   int admitted_kind() const { return has_kind(kFull) ? kFull : kWindow; }
   int64_t window_blocks_per_sequence() const;
 
-  Backend& backend_;
+  std::vector<Backend*> backends_;  // one per rank
   int block_size_;
   size_t max_bytes_;
   int max_sequences_;
@@ -98,7 +104,7 @@ class KvPool {
   int64_t window_ = 0;
   std::vector<int> layer_kind_;
   std::vector<int64_t> layers_of_kind_ = std::vector<int64_t>(kKinds, 0);
-  std::vector<BackendArray<unsigned char>> k_, v_;  // bytes
+  std::vector<std::vector<BackendArray<unsigned char>>> k_, v_;  // [rank][layer], bytes
   std::vector<int64_t> capacity_ = std::vector<int64_t>(kKinds, 0);  // blocks per layer buffer
   std::vector<int64_t> used_ = std::vector<int64_t>(kKinds, 0);
   std::vector<std::vector<int32_t>> refs_ = std::vector<std::vector<int32_t>>(kKinds);

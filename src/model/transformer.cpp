@@ -53,8 +53,13 @@ Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options k
       backend_(backend),
       tp_(tp),
       vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.vocab_size),
-      weights_(resident_weights(backend, model.spec, model.weights)),
-      kv_pool_(backend, model.spec, kv) {
+      weights_(resident_weights(backend, model.spec, model.weights)) {
+  if (tp.pool != nullptr) {
+    kv_pool_ = tp.pool;
+  } else {
+    own_pool_ = std::make_unique<KvPool>(backend, model.spec, kv);
+    kv_pool_ = own_pool_.get();
+  }
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,
                                         model.spec.rope_freq_dtype));
@@ -123,7 +128,7 @@ uint64_t Transformer::step_key() const {
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (int64_t v : {step_.n, step_.rows, step_.table_stride, step_.max_kv}) mix(static_cast<uint64_t>(v));
   mix(step_.next_id != nullptr ? 1 : 0);
-  mix(kv_pool_.epoch());
+  mix(kv_pool_->epoch());
   mix(scratch_epoch_);
   return h;
 }
@@ -180,8 +185,9 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   const bool host = backend_.host_memory();
   int64_t n = 0, longest = 0;
   bool decode_only = recordable_;
+  const bool owns_caches = tp_.pool == nullptr;  // else the runner reserves and advances them
   for (const BatchEntry& e : entries) {
-    e.kv->reserve(e.kv->length() + e.n);
+    if (owns_caches) e.kv->reserve(e.kv->length() + e.n);
     n += e.n;
     longest = std::max(longest, e.kv->length() + e.n);
     decode_only = decode_only && e.n == 1;
@@ -200,7 +206,7 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   }
   update_ropes(longest);
 
-  const int64_t bs = kv_pool_.block_size();
+  const int64_t bs = kv_pool_->block_size();
   const int64_t blocks = std::max<int64_t>(1, (longest + bs - 1) / bs);  // the longest table of the step
   const int64_t stride = record ? bucket(blocks) : blocks;
   ensure_tables(n_segments, stride);
@@ -218,7 +224,8 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
     backend_.run_step(step_key(), [this] { run_step(); });
   else
     run_step();
-  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+  if (owns_caches)
+    for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
 }
 
 // The step's host inputs: each segment's token ids and positions, and its block tables
@@ -259,15 +266,15 @@ void Transformer::upload_step_inputs(int64_t n, int64_t n_segments) {
   step_.ids = ids_.data();
   step_.positions = positions_.data();
   for (int kind = 0; kind < KvPool::kKinds; ++kind) {
-    if (kv_pool_.has_kind(kind)) backend_.to_device(tables_[kind].data(), host_tables_[kind].data(), table_bytes);
+    if (kv_pool_->has_kind(kind)) backend_.to_device(tables_[kind].data(), host_tables_[kind].data(), table_bytes);
     step_.tables[kind] = tables_[kind].data();
   }
 }
 
 KvPages Transformer::pages(int64_t layer, int64_t segment, int64_t stride) {
-  KvPool& pool = kv_pool_;
+  KvPool& pool = *kv_pool_;
   const int kind = pool.kind_of(layer);
-  return KvPages{pool.keys(layer), pool.values(layer), pool.kv_size(), pool.block_size(),
+  return KvPages{pool.keys(layer, tp_.pool_rank), pool.values(layer, tp_.pool_rank), pool.kv_size(), pool.block_size(),
                  step_.tables[kind] + segment * step_.table_stride, stride};
 }
 

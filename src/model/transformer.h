@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -17,49 +18,28 @@
 #include "model/kv_cache.h"
 #include "model/kv_pool.h"
 #include "model/model.h"
+#include "model/model_runner.h"
 #include "model/rope_config.h"
 #include "model/tensor_parallel.h"
 #include "tensor/host_buffer.h"
 
 namespace kettle {
 
-enum class LogitsFor { kLastToken, kAllTokens };
-
-// One sequence's part of a batched step: its next tokens (host memory) and its cache.
-struct BatchEntry {
-  const int32_t* tokens = nullptr;
-  int64_t n = 0;
-  KvCache* kv = nullptr;
-};
-
-class Transformer {
+class Transformer final : public ModelRunner {
  public:
   Transformer(const Model& model, Backend& backend, KvPool::Options kv = {}, TensorParallel tp = {});
 
-  const ModelSpec& spec() const { return model_.spec; }
-  // Width of the logits this Transformer writes: the whole vocabulary, also on a shard.
+  // This backend's model: a shard's spec under tensor parallelism (its heads, its
+  // vocabulary slice); vocab() is the width of the logits it writes, always the whole.
+  const ModelSpec& spec() const override { return model_.spec; }
   int64_t vocab() const { return vocab_; }
   Backend& backend() { return backend_; }
-  KvPool& kv_pool() { return kv_pool_; }
-  KvCache new_cache() { return KvCache(kv_pool_); }
+  KvPool& kv_pool() override { return *kv_pool_; }
 
-  // Runs tokens[0, n) (host memory) at positions [kv.length(), kv.length() + n), appends
-  // their keys and values to kv, and writes logits (host memory): [1, vocab] for the last
-  // token or [n, vocab] for all.
-  void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits);
-
-  // As forward, then the last token's greedy next id computed where the logits live:
-  // on a GPU only the id crosses to the host.
-  int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv);
-
-  // Several sequences in one pass (continuous batching): the matmuls run over every
-  // entry's tokens at once, attention per sequence over its own cache. Writes the
-  // logits of each entry's last token (host memory): [entries.size(), vocab].
-  void forward_batch(const std::vector<BatchEntry>& entries, float* logits);
-
-  // As forward_batch, then each entry's next token drawn where the logits live as
-  // params[i] (host memory) says: only the ids cross to the host.
-  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids);
+  void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) override;
+  int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) override;
+  void forward_batch(const std::vector<BatchEntry>& entries, float* logits) override;
+  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) override;
 
  private:
   // What one step reads; a member so the recorded lambda captures only `this`.
@@ -127,7 +107,8 @@ class Transformer {
   BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
   BackendArray<float> shard_logits_;  // [rows, this shard's vocabulary] (tensor parallelism)
   BackendArray<int32_t> next_id_;  // [1] the greedy step's result
-  KvPool kv_pool_;                 // last: cleared before the scratch it never touches
+  KvPool* kv_pool_ = nullptr;      // own_pool_, or the tensor-parallel ranks' shared pool
+  std::unique_ptr<KvPool> own_pool_;  // last: cleared before the scratch it never touches
 };
 
 }  // namespace kettle

@@ -29,7 +29,7 @@ inline std::vector<std::vector<int32_t>> mixed_prompts(const std::vector<int32_t
 }
 
 // Greedy continuation of `prompt`, one sequence alone, `gen` tokens.
-inline std::vector<int32_t> alone(Transformer& t, const std::vector<int32_t>& prompt, int gen) {
+inline std::vector<int32_t> alone(ModelRunner& t, const std::vector<int32_t>& prompt, int gen) {
   KvCache kv = t.new_cache();
   std::vector<int32_t> out;
   int32_t token = t.forward_greedy(prompt.data(), static_cast<int64_t>(prompt.size()), kv);
@@ -42,7 +42,7 @@ inline std::vector<int32_t> alone(Transformer& t, const std::vector<int32_t>& pr
 
 // All of `prompts` through continuous batching: sequence i joins at step i / 3; prompts
 // prefill `chunk` tokens per step in all, after the decodes.
-inline std::vector<std::vector<int32_t>> batched(Transformer& t, const std::vector<std::vector<int32_t>>& prompts, int gen,
+inline std::vector<std::vector<int32_t>> batched(ModelRunner& t, const std::vector<std::vector<int32_t>>& prompts, int gen,
                                                  int64_t chunk) {
   const size_t count = prompts.size();
   std::vector<KvCache> caches;
@@ -86,7 +86,7 @@ inline std::vector<std::vector<int32_t>> batched(Transformer& t, const std::vect
   return out;
 }
 
-inline void expect_batched_equals_alone(Transformer& t, const std::vector<int32_t>& base) {
+inline void expect_batched_equals_alone(ModelRunner& t, const std::vector<int32_t>& base) {
   const auto prompts = mixed_prompts(base, 10);
   constexpr int kGen = 12;
   const auto together = batched(t, prompts, kGen, 7);

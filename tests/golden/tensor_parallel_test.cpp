@@ -13,9 +13,11 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/host_collective.h"
+#include "golden/batch_equivalence.h"
 #include "golden/golden_cases.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
+#include "model/tensor_parallel_runner.h"
 #include "model/transformer.h"
 #include "util/error.h"
 
@@ -107,6 +109,33 @@ TEST_P(TensorParallelTest, ShardsSummedEqualTheWholeModel) {
   if (!moe) {
     EXPECT_GT(ran, 0) << "no split of this model was run";
   }
+}
+
+// The runner the engine drives, two ranks sharing one block bookkeeping: sequences of
+// mixed lengths (some sharing a prefix) joining in waves and prefilling in 7-token chunks
+// beside decodes get the tokens the whole model gives each of them alone.
+TEST_P(TensorParallelTest, RunnerBatchesLikeTheWholeModel) {
+  Golden g = read_golden(case_dir(GetParam()));
+  Model model = load_model(model_dir(GetParam()));
+  HostGroup group(2);
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::unique_ptr<Collective>> members;
+  for (int r = 0; r < 2; ++r) {
+    backends.push_back(make_cpu_backend(1));
+    members.push_back(group.member(r));
+  }
+  if (!splits(model.spec, 2)) {
+    EXPECT_THROW(TensorParallelRunner(model, std::move(backends), std::move(members)), Error);
+    return;
+  }
+  TensorParallelRunner split(model, std::move(backends), std::move(members));
+  auto whole_backend = make_cpu_backend(1);
+  Transformer whole(model, *whole_backend);
+  const auto prompts = mixed_prompts(g.prompt, 10);
+  constexpr int kGen = 12;
+  const auto together = batched(split, prompts, kGen, 7);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(together[i], alone(whole, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTest, ::testing::ValuesIn(case_names()),

@@ -13,12 +13,10 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kHeadThreads = 128;
 
-__global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int half, float attention_factor) {
-  grid_wait();
-  const int64_t t = blockIdx.x;
-  float* v = x + t * ld + static_cast<int64_t>(blockIdx.y) * head_dim;
-  const float pos = static_cast<float>(positions[t]);
+// One head rotated in place by the block's threads: a thread owns the pair (i, i + half);
+// dims past 2 half stay as they are.
+__device__ __forceinline__ void rotate_half(float* v, int half, float pos, const float* __restrict__ inv_freq,
+                                            float attention_factor) {
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = pos * inv_freq[i];
     const float c = cosf(angle) * attention_factor, s = sinf(angle) * attention_factor;
@@ -26,6 +24,14 @@ __global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* _
     v[i] = a * c - b * s;
     v[i + half] = b * c + a * s;
   }
+}
+
+__global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int half, float attention_factor) {
+  grid_wait();
+  const int64_t t = blockIdx.x;
+  rotate_half(x + t * ld + static_cast<int64_t>(blockIdx.y) * head_dim, half, static_cast<float>(positions[t]), inv_freq,
+              attention_factor);
 }
 
 // grid (n, n_heads + 2 n_kv_heads): one block per head of q, k or v of one token.
@@ -55,15 +61,8 @@ __global__ void __launch_bounds__(kHeadThreads)
       head[i] = (add_one ? 1.0f + norm[i] : norm[i]) * (head[i] * inv);
   }
   __syncthreads();
-  if (is_q || is_k) {  // rotated in place: a thread owns the pair (i, i + half); the tail stays
-    const float p = static_cast<float>(pos);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float angle = p * inv_freq[i];
-      const float c = cosf(angle) * attention_factor, s = sinf(angle) * attention_factor;
-      const float a = head[i], b = head[i + half];
-      head[i] = a * c - b * s;
-      head[i + half] = b * c + a * s;
-    }
+  if (is_q || is_k) {
+    rotate_half(head, half, static_cast<float>(pos), inv_freq, attention_factor);
     __syncthreads();
   }
   if (is_q) {

@@ -1,0 +1,53 @@
+// ModelRunner: what the engine asks of a loaded model — prefill and decode of
+// one or many sequences over their paged caches. Transformer runs the whole
+// model on one backend; TensorParallelRunner runs it split over several ranks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/kv_cache.h"
+#include "model/kv_pool.h"
+#include "model/model_spec.h"
+
+namespace kettle {
+
+enum class LogitsFor { kLastToken, kAllTokens };
+
+// One sequence's part of a batched step: its next tokens (host memory) and its cache.
+struct BatchEntry {
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  KvCache* kv = nullptr;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // The model as the engine sees it (the whole vocabulary, also when split).
+  virtual const ModelSpec& spec() const = 0;
+  virtual KvPool& kv_pool() = 0;
+  KvCache new_cache() { return KvCache(kv_pool()); }
+
+  // Runs tokens[0, n) (host memory) at positions [kv.length(), kv.length() + n), appends
+  // their keys and values to kv, and writes logits (host memory): [1, vocab] for the last
+  // token or [n, vocab] for all.
+  virtual void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) = 0;
+
+  // As forward, then the last token's greedy next id computed where the logits live:
+  // on a GPU only the id crosses to the host.
+  virtual int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) = 0;
+
+  // Several sequences in one pass (continuous batching): the matmuls run over every
+  // entry's tokens at once, attention per sequence over its own cache. Writes the
+  // logits of each entry's last token (host memory): [entries.size(), vocab].
+  virtual void forward_batch(const std::vector<BatchEntry>& entries, float* logits) = 0;
+
+  // As forward_batch, then each entry's next token drawn where the logits live as
+  // params[i] (host memory) says: only the ids cross to the host.
+  virtual void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) = 0;
+};
+
+}  // namespace kettle

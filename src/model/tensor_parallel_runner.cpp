@@ -1,0 +1,88 @@
+#include "model/tensor_parallel_runner.h"
+
+#include <exception>
+#include <thread>
+
+#include "model/transformer.h"
+#include "util/error.h"
+
+namespace kettle {
+
+TensorParallelRunner::TensorParallelRunner(const Model& model, std::vector<std::unique_ptr<Backend>> backends,
+                                           std::vector<std::unique_ptr<Collective>> collectives, KvPool::Options kv)
+    : model_(model), backends_(std::move(backends)), collectives_(std::move(collectives)) {
+  const int n = ranks();
+  if (n < 1 || static_cast<int>(collectives_.size()) != n)
+    fail(ErrorCategory::kInternal, "tensor parallelism needs one collective per backend ({} and {})", collectives_.size(), n);
+  std::vector<Backend*> pool_backends;
+  for (int r = 0; r < n; ++r) {
+    shards_.push_back(std::make_unique<ModelShard>(shard_model(model, r, n)));
+    pool_backends.push_back(backends_[static_cast<size_t>(r)].get());
+  }
+  pool_ = std::make_unique<KvPool>(pool_backends, shards_[0]->model.spec, kv);
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<size_t>(r);
+    ranks_.push_back(std::make_unique<Transformer>(shards_[i]->model, *backends_[i], kv,
+                                                   tensor_parallel_of(*shards_[i], *collectives_[i], pool_.get())));
+  }
+  scratch_.resize(static_cast<size_t>(n));
+}
+
+TensorParallelRunner::~TensorParallelRunner() = default;
+
+float* TensorParallelRunner::scratch_floats(int rank, size_t count) {
+  std::vector<float>& s = scratch_[static_cast<size_t>(rank)];
+  if (s.size() < count) s.resize(count);
+  return s.data();
+}
+
+void TensorParallelRunner::run(const std::vector<BatchEntry>& entries, const std::function<void(int)>& step) {
+  for (const BatchEntry& e : entries) e.kv->reserve(e.kv->length() + e.n);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks()));
+  std::vector<std::thread> threads;
+  const auto guarded = [&](int r) {
+    try {
+      step(r);
+    } catch (...) {
+      errors[static_cast<size_t>(r)] = std::current_exception();
+    }
+  };
+  for (int r = 1; r < ranks(); ++r) threads.emplace_back(guarded, r);
+  guarded(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+}
+
+void TensorParallelRunner::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
+  const size_t count = static_cast<size_t>((which == LogitsFor::kAllTokens ? n : 1) * model_.spec.vocab_size);
+  std::vector<BatchEntry> entries{{tokens, n, &kv}};
+  run(entries, [&](int r) {
+    ranks_[static_cast<size_t>(r)]->forward(tokens, n, kv, which, r == 0 ? logits : scratch_floats(r, count));
+  });
+}
+
+int32_t TensorParallelRunner::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
+  std::vector<int32_t> ids(static_cast<size_t>(ranks()));
+  std::vector<BatchEntry> entries{{tokens, n, &kv}};
+  run(entries, [&](int r) { ids[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->forward_greedy(tokens, n, kv); });
+  return ids[0];
+}
+
+void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
+  const size_t count = entries.size() * static_cast<size_t>(model_.spec.vocab_size);
+  run(entries, [&](int r) {
+    ranks_[static_cast<size_t>(r)]->forward_batch(entries, r == 0 ? logits : scratch_floats(r, count));
+  });
+}
+
+void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params,
+                                         int32_t* ids) {
+  std::vector<std::vector<int32_t>> others(static_cast<size_t>(ranks()), std::vector<int32_t>(entries.size()));
+  run(entries, [&](int r) {
+    ranks_[static_cast<size_t>(r)]->forward_batch(entries, params, r == 0 ? ids : others[static_cast<size_t>(r)].data());
+  });
+}
+
+}  // namespace kettle
