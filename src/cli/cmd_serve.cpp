@@ -71,6 +71,7 @@ struct ServeFlags {
   double memory_budget_gb = -1.0;  // unset: no cap beyond the KV budget
   bool paged_kv = true;            // always on; the flag is accepted for compatibility
   int kv_block_size = KvPool::kDefaultBlockSize;
+  int tensor_parallel = 1;         // ranks the model is split over (one backend each)
   ThreadOption threads;
   DeviceOption device;
 };
@@ -159,15 +160,21 @@ int run_serve(const ServeFlags& flags) {
   config.default_max_tokens = flags.max_tokens;
   config.sampling = flags.sampling.resolve(model.generation);
 
-  std::unique_ptr<Backend> backend = make_backend(flags.device.device, flags.threads.resolve());
+  // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
+  const int ranks = flags.tensor_parallel;
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int r = 0; r < ranks; ++r)
+    backends.push_back(make_backend(flags.device.device, std::max(1, flags.threads.resolve() / ranks)));
+  const Backend& backend = *backends[0];
   server::EngineWorker::Options engine_options;
   // The prefix cache lives inside the KV pool, so the pool's cap bounds it too.
   engine_options.prompt_cache_bytes = static_cast<size_t>(flags.prompt_cache_gb * 1e9);
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
-  engine_options.kv_budget_bytes = kv_budget_bytes(flags, model, *backend);
+  // The pool's cap counts one rank's share (its KV heads); host ranks split one budget.
+  engine_options.kv_budget_bytes = kv_budget_bytes(flags, model, backend) / (backend.host_memory() ? ranks : 1);
   engine_options.kv_block_size = flags.kv_block_size;
-  server::EngineWorker engine(model, tokenizer, std::move(backend), engine_options);
+  server::EngineWorker engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
 
@@ -236,6 +243,11 @@ Action register_serve(CLI::App& app) {
   app.add_option("--prompt-cache", f->prompt_cache_gb,
                  "GB of KV blocks kept (inside the --kv-budget pool) for requests that share a prefix; 0 disables")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--tensor-parallel,--tp", f->tensor_parallel,
+                 "split the model over N ranks (attention heads, MLP columns and vocabulary, Megatron-style); "
+                 "CPU ranks share the cores; GPU ranks (NCCL) are not built yet")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   f->threads.add_to(app);
   f->device.add_to(app);

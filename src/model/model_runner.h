@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/kv_cache.h"
 #include "model/kv_pool.h"
+#include "model/model.h"
 #include "model/model_spec.h"
 
 namespace kettle {
@@ -49,5 +51,10 @@ class ModelRunner {
   // params[i] (host memory) says: only the ids cross to the host.
   virtual void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) = 0;
 };
+
+// The whole model on one backend (a Transformer), or split over several (tensor
+// parallelism, one rank per backend). The backends must outlive the runner.
+std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends,
+                                               KvPool::Options kv = {});
 
 }  // namespace kettle

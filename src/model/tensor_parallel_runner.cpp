@@ -8,18 +8,20 @@
 
 namespace kettle {
 
-TensorParallelRunner::TensorParallelRunner(const Model& model, std::vector<std::unique_ptr<Backend>> backends,
-                                           std::vector<std::unique_ptr<Collective>> collectives, KvPool::Options kv)
-    : model_(model), backends_(std::move(backends)), collectives_(std::move(collectives)) {
+TensorParallelRunner::TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool::Options kv)
+    : model_(model), backends_(backends) {
   const int n = ranks();
-  if (n < 1 || static_cast<int>(collectives_.size()) != n)
-    fail(ErrorCategory::kInternal, "tensor parallelism needs one collective per backend ({} and {})", collectives_.size(), n);
-  std::vector<Backend*> pool_backends;
+  check_splittable(model.spec, n);
+  for (Backend* b : backends_)
+    if (!b->host_memory())
+      fail(ErrorCategory::kUnsupported,
+           "--tensor-parallel {} on {}: GPU ranks need the NCCL collective, which kettle does not build yet", n, b->name());
+  group_ = std::make_unique<HostGroup>(n);
   for (int r = 0; r < n; ++r) {
+    collectives_.push_back(group_->member(r));
     shards_.push_back(std::make_unique<ModelShard>(shard_model(model, r, n)));
-    pool_backends.push_back(backends_[static_cast<size_t>(r)].get());
   }
-  pool_ = std::make_unique<KvPool>(pool_backends, shards_[0]->model.spec, kv);
+  pool_ = std::make_unique<KvPool>(backends_, shards_[0]->model.spec, kv);
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<size_t>(r);
     ranks_.push_back(std::make_unique<Transformer>(shards_[i]->model, *backends_[i], kv,

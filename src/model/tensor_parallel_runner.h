@@ -5,7 +5,12 @@
 // the engine's caches and prefix cache work unchanged. A call reserves the
 // sequences' blocks once, runs every rank on its own thread in lockstep (their
 // collectives meet in the middle), then advances the caches once; rank 0's
-// logits and ids are the answer (every rank holds the same).
+// logits and ids are the answer (every rank holds the same). Host ranks meet
+// through a HostGroup; GPU ranks will meet through NCCL, not built yet.
+//
+// A rank that fails mid-step leaves the others waiting at their next collective:
+// the ops a step runs do not fail on good input (errors come from reserving the
+// caches, which happens before the ranks start).
 #pragma once
 
 #include <functional>
@@ -14,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/collective.h"
+#include "backend/cpu/host_collective.h"
 #include "model/model_runner.h"
 #include "model/tensor_parallel.h"
 
@@ -23,9 +29,9 @@ class Transformer;
 
 class TensorParallelRunner final : public ModelRunner {
  public:
-  // One backend per rank; `collectives[r]` is rank r's member of one group.
-  TensorParallelRunner(const Model& model, std::vector<std::unique_ptr<Backend>> backends,
-                       std::vector<std::unique_ptr<Collective>> collectives, KvPool::Options kv = {});
+  // One backend per rank (not owned). Throws kettle::Error (kUnsupported) when the model
+  // does not split that many ways, or the backends are GPUs.
+  TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool::Options kv = {});
   ~TensorParallelRunner() override;
 
   int ranks() const { return static_cast<int>(backends_.size()); }
@@ -44,7 +50,8 @@ class TensorParallelRunner final : public ModelRunner {
   float* scratch_floats(int rank, size_t count);
 
   const Model& model_;
-  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<Backend*> backends_;
+  std::unique_ptr<HostGroup> group_;
   std::vector<std::unique_ptr<Collective>> collectives_;
   std::vector<std::unique_ptr<ModelShard>> shards_;
   std::unique_ptr<KvPool> pool_;

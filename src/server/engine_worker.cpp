@@ -36,23 +36,25 @@ struct EngineWorker::Sequence {
   size_t kv_reserved = 0;     // bytes admitted against the KV budget
 };
 
-EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend,
-                           Options options)
+EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer,
+                           std::vector<std::unique_ptr<Backend>> backends, Options options)
     : model_(model),
       tokenizer_(tokenizer),
-      backend_(std::move(backend)),
+      backends_(std::move(backends)),
       batch_(std::max(1, options.batch)),
       prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)),
       kv_budget_bytes_(options.kv_budget_bytes) {
-  transformer_ = std::make_unique<Transformer>(model_, *backend_,
-                                               KvPool::Options{options.kv_block_size, kv_budget_bytes_, batch_, prefill_chunk_});
-  if (!backend_->host_memory()) {  // a GPU reserves its KV memory now, as vLLM does
+  std::vector<Backend*> ranks;
+  for (const auto& b : backends_) ranks.push_back(b.get());
+  runner_ = make_model_runner(model_, ranks,
+                              KvPool::Options{options.kv_block_size, kv_budget_bytes_, batch_, prefill_chunk_});
+  if (!backends_[0]->host_memory()) {  // a GPU reserves its KV memory now, as vLLM does
     if (kv_budget_bytes_ == 0) {   // 90 % of what the weights left, past some working memory
-      const size_t free = backend_->free_memory(), working = size_t{4} << 30;
+      const size_t free = backends_[0]->free_memory(), working = size_t{4} << 30;
       kv_budget_bytes_ = free > 2 * working ? static_cast<size_t>(static_cast<double>(free - working) * 0.9) : free / 2;
-      transformer_->kv_pool().set_max_bytes(kv_budget_bytes_);
+      runner_->kv_pool().set_max_bytes(kv_budget_bytes_);
     }
-    transformer_->kv_pool().preallocate();
+    runner_->kv_pool().preallocate();
   }
   logits_.resize(static_cast<size_t>(batch_ * model_.spec.vocab_size));
   // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
@@ -60,9 +62,9 @@ EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer, std::
   bool length_dependent = false;
   for (const RopeSpec& rope : model_.spec.ropes) length_dependent = length_dependent || rope_depends_on_length(rope);
   if (options.prompt_cache_bytes > 0 && !length_dependent) {
-    prefix_cache_.emplace(transformer_->kv_pool(), options.prompt_cache_bytes);
+    prefix_cache_.emplace(runner_->kv_pool(), options.prompt_cache_bytes);
     // Out of free blocks, the pool takes back cached ones (least recently used first).
-    transformer_->kv_pool().set_reclaimer([this] {
+    runner_->kv_pool().set_reclaimer([this] {
       std::lock_guard lock(mutex_);
       return prefix_cache_->evict_one();
     });
@@ -87,10 +89,10 @@ void EngineWorker::submit(Job job) {
 // The worst case: every block of the sequence its own (lent prefix blocks counted too,
 // so the pool's cap holds whatever the prefix cache lets go of); window layers hold
 // their window plus one prefill chunk.
-size_t EngineWorker::kv_admission_capacity() const { return transformer_->kv_pool().admission_capacity(); }
+size_t EngineWorker::kv_admission_capacity() const { return runner_->kv_pool().admission_capacity(); }
 
 size_t EngineWorker::kv_bytes(int64_t tokens) const {
-  return transformer_->kv_pool().admission_bytes(tokens);
+  return runner_->kv_pool().admission_bytes(tokens);
 }
 
 int64_t EngineWorker::flush_prefix_cache() {
@@ -106,7 +108,7 @@ EngineLoad EngineWorker::load() {
 
 // The pool is the engine thread's; /stats reads this copy, refreshed after each step.
 void EngineWorker::publish_kv_stats() {
-  const KvPool& pool = transformer_->kv_pool();
+  const KvPool& pool = runner_->kv_pool();
   KvPoolStats stats;
   stats.block_size = pool.block_size();
   for (int kind = 0; kind < KvPool::kKinds; ++kind) {
@@ -219,7 +221,7 @@ std::unique_ptr<EngineWorker::Sequence> EngineWorker::start(Job job) {
            job.prompt[i], i, spec.vocab_size);
   validate_sampling(job.sampling, spec.vocab_size);
   const double queue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - job.submitted).count();
-  KvCache kv = transformer_->new_cache();
+  KvCache kv = runner_->new_cache();
   if (prefix_cache_) {
     std::lock_guard lock(mutex_);
     PrefixCache::Match hit = prefix_cache_->match(job.prompt);
@@ -280,7 +282,7 @@ void EngineWorker::step(std::vector<std::unique_ptr<Sequence>>& active) {
 void EngineWorker::run_entries() {
   const int64_t vocab = model_.spec.vocab_size;
   sampled_.assign(entries_.size(), SampledToken{});
-  bool on_device = !backend_->host_memory();
+  bool on_device = !backends_[0]->host_memory();
   for (size_t i = 0; i < stepped_.size(); ++i)
     on_device = on_device && stepped_[i]->sampler.on_device();
   if (on_device) {
@@ -288,14 +290,14 @@ void EngineWorker::run_entries() {
     for (size_t i = 0; i < stepped_.size(); ++i)
       if (completes_prompt(*stepped_[i], entries_[i].n)) sample_rows_[i] = stepped_[i]->sampler.device_row();
     ids_.resize(entries_.size());
-    transformer_->forward_batch(entries_, sample_rows_.data(), ids_.data());
+    runner_->forward_batch(entries_, sample_rows_.data(), ids_.data());
     for (size_t i = 0; i < stepped_.size(); ++i) {
       sampled_[i].id = ids_[i];
       if (completes_prompt(*stepped_[i], entries_[i].n)) stepped_[i]->sampler.accept(ids_[i]);
     }
     return;
   }
-  transformer_->forward_batch(entries_, logits_.data());
+  runner_->forward_batch(entries_, logits_.data());
   for (size_t i = 0; i < stepped_.size(); ++i)
     if (completes_prompt(*stepped_[i], entries_[i].n))
       sampled_[i] = stepped_[i]->sampler.sample(logits_.data() + static_cast<int64_t>(i) * vocab, vocab);

@@ -1,4 +1,4 @@
-// EngineWorker: the one thread that owns the Transformer and the KV caches.
+// EngineWorker: the one thread that owns the model runner and the KV caches.
 // It runs up to `batch` generations at once (continuous batching): queued Jobs
 // join between steps (the longest cached prefix reused); each step is one
 // batched forward in which every decoding sequence advances one token and
@@ -18,7 +18,8 @@
 #include "backend/backend.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
+#include "model/rope_config.h"
 #include "server/metrics.h"
 #include "server/request_channel.h"
 #include "tensor/host_buffer.h"
@@ -37,8 +38,10 @@ class EngineWorker {
     size_t prompt_cache_bytes = 0;     // the prefix cache's cap (inside the pool); 0: off
     int kv_block_size = KvPool::kDefaultBlockSize;  // tokens per KV block (and per cached prefix block)
   };
-  // model and tokenizer must outlive the worker; the backend runs every generation.
-  EngineWorker(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<Backend> backend, Options options);
+  // model and tokenizer must outlive the worker; the backends run every generation: one,
+  // or one per rank of a model split by tensor parallelism.
+  EngineWorker(const Model& model, const Tokenizer& tokenizer, std::vector<std::unique_ptr<Backend>> backends,
+               Options options);
   ~EngineWorker();
 
   void submit(Job job);
@@ -46,7 +49,7 @@ class EngineWorker {
   EngineLoad load();
   // Empties the prefix cache (POST /admin/cache/flush); returns the entries dropped.
   int64_t flush_prefix_cache();
-  // KV bytes admission counts for a sequence of `tokens` positions (whole blocks, f32).
+  // KV bytes admission counts for a sequence of `tokens` positions (whole blocks, per rank).
   size_t kv_bytes(int64_t tokens) const;
   // The KV pool's cap (0: none), and the part of it kv_bytes are counted against: a
   // request whose kv_bytes exceed that can never run.
@@ -74,8 +77,8 @@ class EngineWorker {
 
   const Model& model_;
   const Tokenizer& tokenizer_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Transformer> transformer_;
+  std::vector<std::unique_ptr<Backend>> backends_;  // [0]: where logits and ids come back
+  std::unique_ptr<ModelRunner> runner_;
   int batch_;
   int64_t prefill_chunk_;
   HostBuffer<float> logits_;  // [batch, vocab]

@@ -67,3 +67,33 @@ test('a long prompt prefilled in chunks beside running streams gives the same to
     stopServer(chunked);
   }
 });
+
+// Tensor parallelism on CPU ranks (issue 8's split, behind the real server): the demo
+// model split over two ranks (heads, MLP columns and vocabulary) serves concurrent
+// requests with the tokens the whole model gives each alone, and the prefix cache lends
+// a repeated prompt's blocks to the next request.
+test('--tensor-parallel 2 serves the same tokens, batched, with the prefix cache', async () => {
+  const split = await startServer(['--tensor-parallel', '2', '--batch', '8']);
+  try {
+    const reqs = requests().slice(0, 12);
+    const alone = [];
+    for (const r of reqs) alone.push(await run(serial, r));
+    const together = await Promise.all(reqs.map((r) => run(split, r)));
+    for (let i = 0; i < reqs.length; i++) assert.deepEqual(together[i], alone[i], `request ${i}: ${JSON.stringify(reqs[i].body)}`);
+    const again = await fetch(`${split.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(reqs[4].body),
+    });
+    const usage = (await again.json()).usage;
+    assert.ok(usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(usage));
+  } finally {
+    stopServer(split);
+  }
+});
+
+test('--tensor-parallel that the model cannot split exits non-zero naming the flag', async () => {
+  const { spawnSync } = await import('node:child_process');
+  // The demo model has 6 attention heads and 2 KV heads: 4 ranks cannot share them out.
+  const r = spawnSync(process.env.KETTLE_BIN, ['serve', '--port', '65002', '--tp', '4', '--no-open'], { encoding: 'utf8', timeout: 60000 });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /--tensor-parallel 4: the model's (attention|KV) heads \(\d+\) does not divide by 4/);
+});
