@@ -16,5 +16,6 @@ Action register_tokenize(CLI::App& app);  // cmd_tokenize.cpp
 Action register_render(CLI::App& app);    // cmd_render.cpp
 Action register_perplexity(CLI::App& app);  // cmd_perplexity.cpp
 Action register_serve(CLI::App& app);       // cmd_serve.cpp
+Action register_fit(CLI::App& app);         // cmd_fit.cpp
 
 }  // namespace kettle::cli

@@ -81,7 +81,7 @@ std::vector<std::string> synthetic_presets() {
   return names;
 }
 
-Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed) {
+ModelSpec synthetic_spec(const std::string& preset_or_config) {
   nlohmann::json config;
   std::string path;
   auto it = presets().find(preset_or_config);
@@ -96,9 +96,13 @@ Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed) {
     for (auto& name : synthetic_presets()) list += (list.empty() ? "" : ", ") + name;
     fail(ErrorCategory::kInvalidArgument, "--synthetic '{}' is neither a preset ({}) nor a config.json", preset_or_config, list);
   }
+  return parse_model_config(config, path);
+}
+
+Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed) {
   Model model;
   model.source = "synthetic:" + preset_or_config;
-  model.spec = parse_model_config(config, path);
+  model.spec = synthetic_spec(preset_or_config);
   model.store = std::make_shared<WeightStore>(WeightStore::fabricated(
       [seed](const std::string& name, const std::vector<int64_t>& shape, Tensor& out) {
         return fabricate(name, shape, out, seed);

@@ -11,6 +11,8 @@ namespace kettle {
 
 // A preset name (llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, ...) or a path to a config.json.
 Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed = 1);
+// The spec of a preset or config.json alone (no weights made).
+ModelSpec synthetic_spec(const std::string& preset_or_config);
 std::vector<std::string> synthetic_presets();
 
 }  // namespace kettle

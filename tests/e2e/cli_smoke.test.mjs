@@ -35,3 +35,30 @@ test('with no --model, generate answers with the bundled demo model, on topic', 
     assert.match(result.text.toLowerCase(), new RegExp(word), `answer not about ${word}: ${result.text}`);
   }
 });
+
+// `kettle fit` on the CPU: the weights it plans are the tensor bytes the checkpoint's
+// safetensors headers list (read here independently), and a split it cannot make is an
+// error naming the flag.
+test('fit plans the bytes the checkpoint holds, and refuses a split the model cannot take', () => {
+  const demo = path.join(here, '..', '..', 'models', 'kettle-demo');
+  const index = JSON.parse(readFileSync(path.join(demo, 'model.safetensors.index.json'), 'utf8'));
+  let stored = 0;
+  for (const file of new Set(Object.values(index.weight_map))) {
+    const bytes = readFileSync(path.join(demo, file));
+    const headerLength = Number(bytes.readBigUInt64LE(0));
+    const header = JSON.parse(bytes.subarray(8, 8 + headerLength).toString('utf8'));
+    for (const [name, t] of Object.entries(header)) if (name !== '__metadata__') stored += t.data_offsets[1] - t.data_offsets[0];
+  }
+  const plan = JSON.parse(execFileSync(kettle, ['fit', demo, '--device', 'cpu', '--memory', '4', '--ctx', '1024', '--batch', '2', '--json'], { encoding: 'utf8' }));
+  assert.equal(plan.weight_bytes_per_rank, stored);
+  const config = JSON.parse(readFileSync(path.join(demo, 'config.json'), 'utf8'));
+  const headDim = config.head_dim ?? config.hidden_size / config.num_attention_heads;
+  assert.equal(plan.kv_bytes_per_token_per_rank, config.num_hidden_layers * 2 * config.num_key_value_heads * headDim * 4);
+  assert.equal(plan.kv_bytes_per_rank, 2 * 1024 * plan.kv_bytes_per_token_per_rank);
+  assert.equal(plan.fits, true);
+  assert.equal(plan.max_context, config.max_position_embeddings);
+  let failed;
+  try { execFileSync(kettle, ['fit', demo, '--tp', '4'], { encoding: 'utf8', stdio: 'pipe' }); } catch (e) { failed = e; }
+  assert.ok(failed && failed.status !== 0, 'fit --tp 4 should fail');
+  assert.match(failed.stderr, /--tensor-parallel 4/);
+});

@@ -1,0 +1,154 @@
+// `kettle fit`: will a model fit, before it is loaded? From config.json alone:
+// the weights each device holds (split over --tensor-parallel ranks as serve
+// splits them), the KV cache a token adds, a prefill step's working memory,
+// against the device's memory (what it reports, or --memory); the longest
+// context that fits; with --skus, the same for a table of GPUs with a decode
+// speed predicted from their bandwidth.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "model/config.h"
+#include "model/memory_plan.h"
+#include "model/synthetic.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle::cli {
+namespace {
+
+struct FitFlags {
+  std::string model;
+  std::string synthetic;
+  int64_t ctx = 0;  // 0: the model's own limit
+  int64_t batch = 1;
+  int tensor_parallel = 1;
+  double memory_gb = 0.0;  // 0: what the device reports
+  bool skus = false;
+  bool json = false;
+  DeviceOption device;
+};
+
+// Datasheet memory and bandwidth. Predictions take 67 % of the datasheet bandwidth:
+// kettle's 8b decode on the H200 streams 75 % of a measured copy ceiling that is
+// itself 89 % of the datasheet figure (docs/performance.md).
+struct Sku {
+  const char* name;
+  double memory_gb, bandwidth_gbs;
+};
+constexpr Sku kSkus[] = {{"H200 141GB", 141, 4800},   {"H100 SXM 80GB", 80, 3350}, {"H100 PCIe 80GB", 80, 2000},
+                         {"A100 80GB", 80, 2039},     {"A100 40GB", 40, 1555},     {"L40S 48GB", 48, 864},
+                         {"RTX 6000 Ada 48GB", 48, 960}, {"RTX 4090 24GB", 24, 1008}, {"RTX 3090 24GB", 24, 936},
+                         {"L4 24GB", 24, 300}};
+constexpr double kStreamedFraction = 0.67;
+
+double gb(size_t bytes) { return static_cast<double>(bytes) / 1e9; }
+
+// Decode tokens per second of `batch` sequences at `ctx` positions: each step streams the
+// rank's weights once and every sequence's KV cache.
+double predicted_decode(const MemoryPlan& plan, double bandwidth_gbs, int64_t ctx, int64_t batch) {
+  const double bytes = static_cast<double>(plan.streamed_bytes + plan.kv_bytes(ctx, batch));
+  return kStreamedFraction * bandwidth_gbs * 1e9 / bytes * static_cast<double>(batch);
+}
+
+nlohmann::json verdict(const MemoryPlan& plan, size_t device_bytes, int64_t ctx, int64_t batch, int64_t limit) {
+  const size_t need = plan.total_bytes(ctx, batch);
+  return {{"device_bytes", device_bytes},
+          {"needed_bytes", need},
+          {"fits", need <= device_bytes},
+          {"max_context", std::min(plan.max_context(device_bytes, batch), limit)}};
+}
+
+int run_fit(const FitFlags& f) {
+  if (f.json) log::set_level(log::Level::kQuiet);
+  if (!f.model.empty() && !f.synthetic.empty())
+    fail(ErrorCategory::kInvalidArgument, "fit: give a model folder or --synthetic PRESET, not both");
+  const std::string source = f.synthetic.empty() ? model_or_default(f.model) : "synthetic:" + f.synthetic;
+  const ModelSpec spec = f.synthetic.empty() ? load_model_config(source) : synthetic_spec(f.synthetic);
+  const int64_t limit = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : int64_t{1} << 40;
+  const int64_t ctx = f.ctx > 0 ? f.ctx : limit;
+  if (ctx > limit) fail(ErrorCategory::kInvalidArgument, "--ctx {} is past the model's limit of {} positions", ctx, limit);
+
+  nlohmann::json out{{"model", source}, {"ranks", f.tensor_parallel}, {"ctx", ctx}, {"batch", f.batch}};
+  if (f.skus) {  // GPUs: bf16 weights and an f16 KV cache, as the CUDA backend keeps them
+    const MemoryPlan plan = plan_memory(spec, f.tensor_parallel, 2, 2);
+    out["weight_bytes_per_rank"] = plan.weight_bytes;
+    out["kv_bytes_per_token_per_rank"] = plan.kv_bytes_per_token + plan.window_kv_bytes_per_token;
+    for (const Sku& sku : kSkus) {
+      nlohmann::json row = verdict(plan, static_cast<size_t>(sku.memory_gb * 1e9), ctx, f.batch, limit);
+      row["gpu"] = sku.name;
+      row["decode_tokens_per_second"] = predicted_decode(plan, sku.bandwidth_gbs, ctx, f.batch);
+      out["skus"].push_back(row);
+    }
+  } else {
+    auto backend = make_backend(f.device.device, 1);
+    const bool gpu = !backend->host_memory();
+    // A GPU keeps bf16; the CPU maps the checkpoint as stored (synthetic weights are bf16).
+    const size_t weight_value_bytes = gpu || !f.synthetic.empty() ? 2 : dtype_size(spec.rope_freq_dtype);
+    const MemoryPlan plan = plan_memory(spec, f.tensor_parallel, weight_value_bytes, backend->kv_value_bytes());
+    size_t device_bytes = static_cast<size_t>(f.memory_gb * 1e9);
+    if (device_bytes == 0)
+      device_bytes = gpu ? backend->free_memory()
+                         : static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) /
+                               static_cast<size_t>(f.tensor_parallel);  // CPU ranks share one RAM
+    out.update(verdict(plan, device_bytes, ctx, f.batch, limit));
+    out["device"] = backend->name();
+    out["weight_bytes_per_rank"] = plan.weight_bytes;
+    out["kv_bytes_per_token_per_rank"] = plan.kv_bytes_per_token + plan.window_kv_bytes_per_token;
+    out["kv_bytes_per_rank"] = plan.kv_bytes(ctx, f.batch);
+    out["working_bytes_per_rank"] = plan.working_bytes;
+  }
+  if (f.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("%s: %lld position(s) × %lld sequence(s), %d rank(s)\n", source.c_str(), static_cast<long long>(ctx),
+              static_cast<long long>(f.batch), f.tensor_parallel);
+  std::printf("per rank: weights %.2f GB, KV %.1f KiB per token\n", gb(out["weight_bytes_per_rank"].get<size_t>()),
+              static_cast<double>(out["kv_bytes_per_token_per_rank"].get<size_t>()) / 1024.0);
+  if (f.skus) {
+    std::printf("| GPU | memory GB | needs GB per rank | fits | max context | predicted decode tok/s |\n|---|---|---|---|---|---|\n");
+    for (const auto& row : out["skus"])
+      std::printf("| %s | %.0f | %.2f | %s | %lld | %.0f |\n", row["gpu"].get<std::string>().c_str(),
+                  gb(row["device_bytes"].get<size_t>()), gb(row["needed_bytes"].get<size_t>()),
+                  row["fits"].get<bool>() ? "yes" : "no", static_cast<long long>(row["max_context"].get<int64_t>()),
+                  row["decode_tokens_per_second"].get<double>());
+    std::printf("(datasheet memory and bandwidth; decode predicted at %.0f %% of the bandwidth%s)\n", 100 * kStreamedFraction,
+                f.tensor_parallel > 1 ? ", without the ranks' all-reduce time" : "");
+    return 0;
+  }
+  std::printf("%s: KV %.2f GB + working %.2f GB → %.2f GB of %.2f GB per rank: %s; longest context that fits: %lld\n",
+              out["device"].get<std::string>().c_str(), gb(out["kv_bytes_per_rank"].get<size_t>()),
+              gb(out["working_bytes_per_rank"].get<size_t>()), gb(out["needed_bytes"].get<size_t>()),
+              gb(out["device_bytes"].get<size_t>()), out["fits"].get<bool>() ? "fits" : "does not fit",
+              static_cast<long long>(out["max_context"].get<int64_t>()));
+  return 0;
+}
+
+}  // namespace
+
+Action register_fit(CLI::App& app) {
+  auto f = std::make_shared<FitFlags>();
+  app.add_option("model", f->model, "Hugging Face model folder (only config.json is read)");
+  app.add_option("--synthetic", f->synthetic, "a preset shape (llama-3.1-8b, ...) or a config.json path instead");
+  app.add_option("--ctx", f->ctx, "positions per sequence (default: the model's limit)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", f->batch, "sequences held at once")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--tensor-parallel,--tp", f->tensor_parallel, "ranks the model is split over (as serve splits it)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--memory", f->memory_gb, "GB of memory per rank (default: what the device reports free)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--skus", f->skus, "a table of GPUs (datasheet memory and bandwidth) with predicted decode speed");
+  app.add_flag("--json", f->json, "print one JSON object");
+  f->device.add_to(app);
+  return [f] { return run_fit(*f); };
+}
+
+}  // namespace kettle::cli

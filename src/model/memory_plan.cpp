@@ -1,0 +1,79 @@
+#include "model/memory_plan.h"
+
+#include <algorithm>
+
+#include "model/tensor_parallel.h"
+
+namespace kettle {
+namespace {
+
+// Library workspaces, the allocator's slack and the logits of a step, beside the
+// activations (the same allowance `serve --memory-budget` keeps).
+constexpr size_t kLibraryBytes = size_t{2} << 30;
+
+}  // namespace
+
+size_t MemoryPlan::kv_bytes(int64_t tokens, int64_t sequences) const {
+  const int64_t windowed = window > 0 ? std::min(tokens, window) : tokens;
+  return static_cast<size_t>(sequences) *
+         (static_cast<size_t>(tokens) * kv_bytes_per_token + static_cast<size_t>(windowed) * window_kv_bytes_per_token);
+}
+
+size_t MemoryPlan::total_bytes(int64_t tokens, int64_t sequences) const {
+  return weight_bytes + working_bytes + kv_bytes(tokens, sequences);
+}
+
+int64_t MemoryPlan::max_context(size_t device_bytes, int64_t sequences) const {
+  if (device_bytes <= weight_bytes + working_bytes) return 0;
+  const size_t left = device_bytes - weight_bytes - working_bytes;
+  int64_t lo = 0, hi = int64_t{1} << 40;  // the largest length whose KV fits (KV grows with the length)
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (kv_bytes(mid, sequences) <= left) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+MemoryPlan plan_memory(const ModelSpec& s, int ranks, size_t weight_value_bytes, size_t kv_value_bytes,
+                       int64_t prefill_chunk) {
+  check_splittable(s, ranks);
+  MemoryPlan plan;
+  plan.ranks = ranks;
+  const auto h = static_cast<size_t>(s.hidden_size), n = static_cast<size_t>(ranks);
+  const size_t q = static_cast<size_t>(s.q_size()) / n, kv = static_cast<size_t>(s.kv_size()) / n;
+  size_t split = 0, replicated = 0;  // elements per rank
+  int64_t moe_inter = 0;
+  for (const LayerSpec& l : s.layers) {
+    split += (2 * q + 2 * kv) * h;  // q, k, v (rows) and o (columns)
+    if (l.moe) {
+      moe_inter = std::max(moe_inter, s.expert_intermediate_size);
+      split += static_cast<size_t>(s.n_experts) * 3 * static_cast<size_t>(s.expert_intermediate_size) * h;
+      replicated += static_cast<size_t>(s.n_experts) * h;  // the router
+    } else {
+      split += 3 * static_cast<size_t>(s.intermediate_size) / n * h;  // gate, up (rows) and down (columns)
+    }
+    replicated += (s.sandwich_norms ? 4 : 2) * h;  // norms (per-head q/k norms, a few hundred values, not counted)
+    const size_t layer_kv = 2 * kv * kv_value_bytes;
+    if (l.sliding_window > 0) {
+      plan.window_kv_bytes_per_token += layer_kv;
+      plan.window = std::max<int64_t>(plan.window, l.sliding_window);
+    } else {
+      plan.kv_bytes_per_token += layer_kv;
+    }
+  }
+  const size_t vocab = static_cast<size_t>(s.vocab_size);
+  const size_t embed = vocab * h, head = (vocab + n - 1) / n * h;
+  replicated += h;  // the final norm
+  // The LM head: its own rows per rank; tied to the embedding on one rank it is the same memory.
+  const size_t head_elements = s.tie_word_embeddings && ranks == 1 ? 0 : head;
+  plan.weight_bytes = (split + replicated + embed + head_elements) * weight_value_bytes;
+  plan.streamed_bytes = (split + replicated + head) * weight_value_bytes;
+  // A prefill step of `prefill_chunk` tokens: the residual stream and its copies, q/k/v,
+  // attention output and the MLP's gate|up in f32, and its last rows' logits.
+  const size_t inter = static_cast<size_t>(std::max(s.intermediate_size, moe_inter)) / n;
+  const size_t per_token = 4 * h + (q + 2 * kv) + 2 * q + 2 * inter;
+  plan.working_bytes = static_cast<size_t>(prefill_chunk) * per_token * sizeof(float) + kLibraryBytes;
+  return plan;
+}
+
+}  // namespace kettle

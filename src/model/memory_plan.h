@@ -1,0 +1,41 @@
+// MemoryPlan: what a model needs on each device before it is loaded (`kettle
+// fit`): the weights each tensor-parallel rank holds, the KV bytes a token
+// adds, the working memory of a prefill step, and from those the longest
+// context that fits. Computed from the ModelSpec alone (no weights read), with
+// the same split rules as model/tensor_parallel.h: attention and MLP matrices
+// and the LM head divided over the ranks, norms and the embedding table on
+// every rank. Biases and per-head q/k norm vectors are left out (well under
+// 0.1 % of any real model).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/model_spec.h"
+
+namespace kettle {
+
+struct MemoryPlan {
+  int ranks = 1;
+  size_t weight_bytes = 0;          // per rank, as the backend keeps them
+  size_t streamed_bytes = 0;        // per rank, read once per decode step (all but the embedding table)
+  size_t kv_bytes_per_token = 0;    // per rank, full-attention layers
+  size_t window_kv_bytes_per_token = 0;  // per rank, sliding-window layers (held up to their window)
+  int64_t window = 0;               // the longest sliding window (0: none)
+  size_t working_bytes = 0;         // per rank: a prefill step's activations and library workspaces
+
+  // KV bytes per rank of `sequences` sequences of `tokens` positions each.
+  size_t kv_bytes(int64_t tokens, int64_t sequences = 1) const;
+  // Bytes per rank for `sequences` sequences of `tokens` positions.
+  size_t total_bytes(int64_t tokens, int64_t sequences = 1) const;
+  // The longest context (positions per sequence, `sequences` at once) that fits in
+  // `device_bytes` per rank; 0 when even the weights do not.
+  int64_t max_context(size_t device_bytes, int64_t sequences = 1) const;
+};
+
+// weight_value_bytes: 2 for bf16/f16 weights (what a GPU keeps), 4 for f32 on the CPU;
+// kv_value_bytes: the backend's KV element (Backend::kv_value_bytes).
+MemoryPlan plan_memory(const ModelSpec& spec, int ranks, size_t weight_value_bytes, size_t kv_value_bytes,
+                       int64_t prefill_chunk = 2048);
+
+}  // namespace kettle

@@ -1,0 +1,63 @@
+// MemoryPlan against independent counts: Llama 3.1 8B's published parameter
+// count and KV size, and the bytes of the tensors an actual shard holds.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <utility>
+
+#include "model/memory_plan.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "model/tensor_parallel.h"
+#include "util/error.h"
+
+namespace kettle {
+namespace {
+
+TEST(MemoryPlan, Llama31_8bWeightsAndKvMatchItsPublishedSize) {
+  const ModelSpec spec = synthetic_spec("llama-3.1-8b");
+  const MemoryPlan plan = plan_memory(spec, 1, 2, 2);
+  EXPECT_EQ(plan.weight_bytes, size_t{8030261248} * 2);  // 8,030,261,248 parameters in bf16
+  EXPECT_EQ(plan.kv_bytes_per_token, size_t{32} * 2 * 8 * 128 * 2);  // layers × (k, v) × KV heads × head_dim × f16
+  EXPECT_EQ(plan.kv_bytes(8192), size_t{8192} * plan.kv_bytes_per_token);
+  // The longest context fits exactly: one more token would not.
+  const size_t device = size_t{40} << 30;
+  const int64_t longest = plan.max_context(device, 4);
+  EXPECT_LE(plan.total_bytes(longest, 4), device);
+  EXPECT_GT(plan.total_bytes(longest + 1, 4), device);
+  EXPECT_EQ(plan.max_context(plan.weight_bytes, 1), 0);
+}
+
+// Bytes of every distinct tensor a model (or shard) holds: a view of other rows is its own
+// copy on a device, so tensors count by address and size.
+size_t held_bytes(const ModelWeights& w) {
+  std::set<std::pair<const void*, int64_t>> seen;
+  size_t total = 0;
+  const auto count = [&](const Tensor& t) {
+    if (!t.empty() && seen.insert({t.data, t.numel()}).second) total += t.nbytes();
+  };
+  count(w.embed);
+  count(w.lm_head);
+  count(w.final_norm);
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor* t : {&l.attn_norm, &l.q, &l.k, &l.v, &l.qkv, &l.o, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm,
+                            &l.gate, &l.up, &l.gate_up, &l.down})
+      count(*t);
+  return total;
+}
+
+TEST(MemoryPlan, ShardWeightsMatchTheTensorsAShardHolds) {
+  const Model model = make_synthetic_model("tiny");
+  for (int ranks : {1, 2}) {
+    const MemoryPlan plan = plan_memory(model.spec, ranks, 2, 4);
+    for (int r = 0; r < ranks; ++r) {
+      const ModelShard shard = shard_model(model, r, ranks);
+      EXPECT_EQ(plan.weight_bytes, held_bytes(shard.model.weights)) << "rank " << r << " of " << ranks;
+    }
+    EXPECT_EQ(plan.kv_bytes_per_token, static_cast<size_t>(model.spec.n_layers * 2 * model.spec.kv_size() / ranks * 4));
+  }
+  EXPECT_THROW(plan_memory(model.spec, 3, 2, 4), Error);  // 4 heads do not split 3 ways
+}
+
+}  // namespace
+}  // namespace kettle
