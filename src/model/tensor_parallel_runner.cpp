@@ -1,5 +1,6 @@
 #include "model/tensor_parallel_runner.h"
 
+#include <atomic>
 #include <exception>
 #include <thread>
 
@@ -42,18 +43,26 @@ void TensorParallelRunner::run(const std::vector<BatchEntry>& entries, const std
   for (const BatchEntry& e : entries) e.kv->reserve(e.kv->length() + e.n);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks()));
   std::vector<std::thread> threads;
+  // A rank that fails aborts the group, so the others leave their collectives too; the
+  // first rank's own error is what the caller sees, and the group is usable again after.
+  std::atomic<int> first_failed{-1};
   const auto guarded = [&](int r) {
     try {
       step(r);
     } catch (...) {
       errors[static_cast<size_t>(r)] = std::current_exception();
+      int none = -1;
+      first_failed.compare_exchange_strong(none, r);
+      group_->abort();
     }
   };
   for (int r = 1; r < ranks(); ++r) threads.emplace_back(guarded, r);
   guarded(0);
   for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+  if (first_failed >= 0) {
+    group_->reset();
+    std::rethrow_exception(errors[static_cast<size_t>(first_failed.load())]);
+  }
   for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
 }
 

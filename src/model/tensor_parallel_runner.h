@@ -8,9 +8,9 @@
 // logits and ids are the answer (every rank holds the same). Host ranks meet
 // through a HostGroup; GPU ranks will meet through NCCL, not built yet.
 //
-// A rank that fails mid-step leaves the others waiting at their next collective:
-// the ops a step runs do not fail on good input (errors come from reserving the
-// caches, which happens before the ranks start).
+// A rank that fails mid-step aborts the group: the others throw out of their
+// collectives instead of waiting, the call reports the first rank's error, and
+// the next call runs normally.
 #pragma once
 
 #include <functional>
