@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <exception>
-#include <thread>
 
 #include "model/transformer.h"
 #include "util/error.h"
@@ -10,7 +9,7 @@
 namespace kettle {
 
 TensorParallelRunner::TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool::Options kv)
-    : model_(model), backends_(backends) {
+    : model_(model), backends_(backends), rank_threads_(static_cast<int>(backends.size())) {
   const int n = ranks();
   check_splittable(model.spec, n);
   for (Backend* b : backends_)
@@ -42,7 +41,6 @@ float* TensorParallelRunner::scratch_floats(int rank, size_t count) {
 void TensorParallelRunner::run(const std::vector<BatchEntry>& entries, const std::function<void(int)>& step) {
   for (const BatchEntry& e : entries) e.kv->reserve(e.kv->length() + e.n);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks()));
-  std::vector<std::thread> threads;
   // A rank that fails aborts the group, so the others leave their collectives too; the
   // first rank's own error is what the caller sees, and the group is usable again after.
   std::atomic<int> first_failed{-1};
@@ -56,9 +54,7 @@ void TensorParallelRunner::run(const std::vector<BatchEntry>& entries, const std
       group_->abort();
     }
   };
-  for (int r = 1; r < ranks(); ++r) threads.emplace_back(guarded, r);
-  guarded(0);
-  for (std::thread& t : threads) t.join();
+  rank_threads_.run([&](int r, int) { guarded(r); });
   if (first_failed >= 0) {
     group_->reset();
     std::rethrow_exception(errors[static_cast<size_t>(first_failed.load())]);

@@ -4,7 +4,8 @@
 // one KvPool's block bookkeeping (each keeps its KV heads in its own buffers), so
 // the engine's caches and prefix cache work unchanged. A call reserves the
 // sequences' blocks once, runs every rank on its own thread in lockstep (their
-// collectives meet in the middle), then advances the caches once; rank 0's
+// collectives meet in the middle; rank r always on the same thread, rank 0 on
+// the caller's), then advances the caches once; rank 0's
 // logits and ids are the answer (every rank holds the same). Host ranks meet
 // through a HostGroup; GPU ranks will meet through NCCL, not built yet.
 //
@@ -22,6 +23,7 @@
 #include "backend/cpu/host_collective.h"
 #include "model/model_runner.h"
 #include "model/tensor_parallel.h"
+#include "util/thread_pool.h"
 
 namespace kettle {
 
@@ -57,6 +59,7 @@ class TensorParallelRunner final : public ModelRunner {
   std::unique_ptr<KvPool> pool_;
   std::vector<std::unique_ptr<Transformer>> ranks_;
   std::vector<std::vector<float>> scratch_;  // ranks > 0: outputs nobody reads
+  ThreadPool rank_threads_;                   // thread r runs rank r; last: joined first
 };
 
 }  // namespace kettle
