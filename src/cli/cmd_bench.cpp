@@ -17,7 +17,8 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "model/synthetic.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
+#include "tensor/host_buffer.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timer.h"
@@ -36,6 +37,7 @@ struct BenchFlags {
   int64_t prefill_chunk = 2048;
   ThreadOption threads;
   DeviceOption device;
+  TensorParallelOption tensor_parallel;
 };
 
 struct Stat {
@@ -56,7 +58,7 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
   return ids;
 }
 
-double prefill_tps(Transformer& t, const std::vector<int32_t>& ids, HostBuffer<float>& logits) {
+double prefill_tps(ModelRunner& t, const std::vector<int32_t>& ids, HostBuffer<float>& logits) {
   KvCache kv = t.new_cache();
   Timer timer;
   t.forward(ids.data(), static_cast<int64_t>(ids.size()), kv, LogitsFor::kLastToken, logits.data());
@@ -64,7 +66,7 @@ double prefill_tps(Transformer& t, const std::vector<int32_t>& ids, HostBuffer<f
 }
 
 // Greedy decoding with the argmax where the logits are (on a GPU only the id comes back).
-double decode_tps(Transformer& t, int n) {
+double decode_tps(ModelRunner& t, int n) {
   KvCache kv = t.new_cache();
   int32_t token = 1;
   Timer timer;
@@ -80,7 +82,7 @@ struct BatchedResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
-BatchedResult batched_run(Transformer& t, int batch, int prompt, int gen, int64_t chunk) {
+BatchedResult batched_run(ModelRunner& t, int batch, int prompt, int gen, int64_t chunk) {
   const int64_t vocab = t.spec().vocab_size;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<KvCache> caches;
@@ -117,7 +119,7 @@ BatchedResult batched_run(Transformer& t, int batch, int prompt, int gen, int64_
   return r;
 }
 
-int run_batched(const BenchFlags& f, Transformer& t, const std::string& source, const std::string& backend) {
+int run_batched(const BenchFlags& f, ModelRunner& t, const std::string& source, const std::string& backend) {
   batched_run(t, f.parallel.front(), std::min(f.prompt_tokens, 16), 4, f.prefill_chunk);  // warm-up
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json)
@@ -160,9 +162,11 @@ int run_bench(const BenchFlags& f) {
   log::info("model {} ready in {:.0f} ms ({:.2f} GB of weights)", model.source, load_timer.millis(), model.weight_bytes() / 1e9);
 
   const int threads = f.threads.resolve();
-  auto backend = make_backend(f.device.device, threads);
+  auto backends = f.tensor_parallel.make_backends(f.device.device, threads);
+  Backend* backend = backends[0].get();
   Timer upload_timer;
-  Transformer transformer(model, *backend);
+  std::unique_ptr<ModelRunner> runner = make_model_runner(model, pointers(backends));
+  ModelRunner& transformer = *runner;
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
   if (!f.parallel.empty()) return run_batched(f, transformer, model.source, backend->name());
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
@@ -225,6 +229,7 @@ Action register_bench(CLI::App& app) {
   app.add_option("--prefill-chunk", f->prefill_chunk, "prompt tokens per step in the batched test's prefill")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+  f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);
   return [f] { return run_bench(*f); };

@@ -12,7 +12,7 @@
 #include "cli/options.h"
 #include "engine/generator.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -37,6 +37,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   std::string dump_logits;
   ThreadOption threads;
+  TensorParallelOption tensor_parallel;
   DeviceOption device;
   CLI::Option* seed_opt = nullptr;
 };
@@ -82,8 +83,8 @@ int run_generate(const GenerateFlags& flags) {
   double load_ms = load_timer.millis();
   log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
 
-  auto backend = make_backend(f.device.device, f.threads.resolve());
-  Transformer transformer(model, *backend);
+  auto backends = f.tensor_parallel.make_backends(f.device.device, f.threads.resolve());
+  std::unique_ptr<ModelRunner> transformer = make_model_runner(model, pointers(backends));
   GenerationRequest request;
   request.prompt = std::move(prompt);
   request.max_tokens = f.max_tokens;
@@ -109,7 +110,7 @@ int run_generate(const GenerateFlags& flags) {
     std::fflush(stdout);
     first = false;
   };
-  GenerationResult result = generate(transformer, request, on_token);
+  GenerationResult result = generate(*transformer, request, on_token);
   if (stream) {
     std::string rest = stream->finish();
     text += rest;
@@ -163,6 +164,7 @@ Action register_generate(CLI::App& app) {
   app.add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");
   app.add_option("--dump-logits", f->dump_logits, "write f32 logits of every prompt position to this file (row-major)");
   f->threads.add_to(app);
+  f->tensor_parallel.add_to(app);
   f->device.add_to(app);
   return [f] { return run_generate(*f); };
 }

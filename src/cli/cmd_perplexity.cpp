@@ -14,7 +14,7 @@
 #include "cli/options.h"
 #include "engine/perplexity.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -33,6 +33,7 @@ struct PerplexityFlags {
   bool json = false;
   ThreadOption threads;
   DeviceOption device;
+  TensorParallelOption tensor_parallel;
 };
 
 std::string read_text(const std::string& path) {
@@ -57,10 +58,10 @@ int run_perplexity(const PerplexityFlags& flags) {
   log::info("model {} loaded in {:.0f} ms; {} tokens in {}", f.model, load_timer.millis(), ids.size(), f.file);
 
   const int64_t stride = f.stride > 0 ? f.stride : f.context / 2;
-  auto backend = make_backend(f.device.device, f.threads.resolve());
-  Transformer transformer(model, *backend);
+  auto backends = f.tensor_parallel.make_backends(f.device.device, f.threads.resolve());
+  std::unique_ptr<ModelRunner> transformer = make_model_runner(model, pointers(backends));
   std::optional<ProgressBar> progress_bar;
-  PerplexityResult r = perplexity(transformer, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
+  PerplexityResult r = perplexity(*transformer, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
     if (f.json) return;
     if (!progress_bar) progress_bar.emplace("perplexity", total);
     progress_bar->update(done, fmt::format("ppl {:.3f}", ppl));
@@ -91,6 +92,7 @@ Action register_perplexity(CLI::App& app) {
   app.add_option("-c,--context", f->context, "tokens per window")->capture_default_str();
   app.add_option("-s,--stride", f->stride, "tokens between window starts (default: context / 2)");
   app.add_flag("--json", f->json, "print one JSON object");
+  f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);
   return [f] { return run_perplexity(*f); };

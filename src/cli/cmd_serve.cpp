@@ -71,7 +71,7 @@ struct ServeFlags {
   double memory_budget_gb = -1.0;  // unset: no cap beyond the KV budget
   bool paged_kv = true;            // always on; the flag is accepted for compatibility
   int kv_block_size = KvPool::kDefaultBlockSize;
-  int tensor_parallel = 1;         // ranks the model is split over (one backend each)
+  TensorParallelOption tensor_parallel;
   ThreadOption threads;
   DeviceOption device;
 };
@@ -161,10 +161,8 @@ int run_serve(const ServeFlags& flags) {
   config.sampling = flags.sampling.resolve(model.generation);
 
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
-  const int ranks = flags.tensor_parallel;
-  std::vector<std::unique_ptr<Backend>> backends;
-  for (int r = 0; r < ranks; ++r)
-    backends.push_back(make_backend(flags.device.device, std::max(1, flags.threads.resolve() / ranks)));
+  const int ranks = flags.tensor_parallel.ranks;
+  std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device.device, flags.threads.resolve());
   const Backend& backend = *backends[0];
   server::EngineWorker::Options engine_options;
   // The prefix cache lives inside the KV pool, so the pool's cap bounds it too.
@@ -244,11 +242,7 @@ Action register_serve(CLI::App& app) {
                  "GB of KV blocks kept (inside the --kv-budget pool) for requests that share a prefix; 0 disables")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--tensor-parallel,--tp", f->tensor_parallel,
-                 "split the model over N ranks (attention heads, MLP columns and vocabulary, Megatron-style); "
-                 "CPU ranks share the cores; GPU ranks (NCCL) are not built yet")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);
   return [f] { return run_serve(*f); };

@@ -1,6 +1,7 @@
 // Shared flag parsing helpers.
 #include "cli/options.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "model/hf_cache.h"
@@ -102,6 +103,26 @@ void DeviceOption::add_to(CLI::App& app) {
   app.add_option("--device", device, "where the model runs: cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+}
+
+void TensorParallelOption::add_to(CLI::App& app) {
+  app.add_option("--tensor-parallel,--tp", ranks,
+                 "split the model over N ranks (attention heads, MLP columns and vocabulary, Megatron-style); "
+                 "CPU ranks share the cores; GPU ranks (NCCL) are not built yet")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
+std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const std::string& device, int threads) const {
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int r = 0; r < ranks; ++r) backends.push_back(make_backend(device, std::max(1, threads / ranks)));
+  return backends;
+}
+
+std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& backends) {
+  std::vector<Backend*> out;
+  for (const auto& b : backends) out.push_back(b.get());
+  return out;
 }
 
 }  // namespace kettle::cli

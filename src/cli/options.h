@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "engine/generator.h"
 
 namespace kettle::cli {
@@ -60,5 +62,16 @@ struct DeviceOption {
   std::string device = "auto";
   void add_to(CLI::App& app);
 };
+
+// --tensor-parallel N (--tp): the model split over N ranks, one backend each.
+struct TensorParallelOption {
+  int ranks = 1;
+  void add_to(CLI::App& app);
+  // One backend per rank on `device`; CPU ranks share the `threads` cores.
+  std::vector<std::unique_ptr<Backend>> make_backends(const std::string& device, int threads) const;
+};
+
+// The backends as the model runner takes them (not owned).
+std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& backends);
 
 }  // namespace kettle::cli

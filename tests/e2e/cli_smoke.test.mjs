@@ -17,13 +17,15 @@ test('help lists the commands', () => {
   for (const command of ['generate', 'bench', 'tokenize', 'render']) assert.match(help, new RegExp(command));
 });
 
-test('generate --json reproduces the golden greedy tokens', () => {
+test('generate --json reproduces the golden greedy tokens, whole and split over two ranks', () => {
   const golden = JSON.parse(readFileSync(path.join(goldens, 'qwen3', 'golden.json'), 'utf8'));
-  const out = execFileSync(kettle, ['generate', '--model', path.join(goldens, 'qwen3', 'model'), '--prompt-ids',
-    golden.prompt_ids.join(','), '--max-tokens', String(golden.greedy_new_tokens.length), '--json'], { encoding: 'utf8' });
-  const result = JSON.parse(out);
-  assert.deepEqual(result.token_ids, golden.greedy_new_tokens);
-  assert.equal(result.prompt_tokens, golden.prompt_ids.length);
+  for (const ranks of ['1', '2']) {
+    const out = execFileSync(kettle, ['generate', '--model', path.join(goldens, 'qwen3', 'model'), '--prompt-ids',
+      golden.prompt_ids.join(','), '--max-tokens', String(golden.greedy_new_tokens.length), '--tp', ranks, '--json'], { encoding: 'utf8' });
+    const result = JSON.parse(out);
+    assert.deepEqual(result.token_ids, golden.greedy_new_tokens, `--tp ${ranks}`);
+    assert.equal(result.prompt_tokens, golden.prompt_ids.length);
+  }
 });
 
 test('with no --model, generate answers with the bundled demo model, on topic', () => {
