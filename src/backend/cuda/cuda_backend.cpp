@@ -565,7 +565,7 @@ class CudaBackend final : public Backend {
   // After each launch: a bad configuration shows up here, not three ops later.
   void check_launch(const char* what) {
     check(cudaGetLastError(), what);
-    timer_.mark(what);
+    if (timer_.enabled()) timer_.mark(what);  // no string is built unless profiling
   }
 
   static void check_pages(const KvPages& kv, const char* op) {
