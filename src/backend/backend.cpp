@@ -32,4 +32,10 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) 
   fail(ErrorCategory::kInvalidArgument, "unknown device '{}': expected cpu, cuda or auto", device);
 }
 
+std::vector<Backend*> backend_pointers(const std::vector<std::unique_ptr<Backend>>& backends) {
+  std::vector<Backend*> out;
+  for (const auto& b : backends) out.push_back(b.get());
+  return out;
+}
+
 }  // namespace kettle

@@ -215,6 +215,8 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// The backends as a model runner takes them (not owned): one per tensor-parallel rank.
+std::vector<Backend*> backend_pointers(const std::vector<std::unique_ptr<Backend>>& backends);
 
 // True when kettle was built with the CUDA backend and a CUDA device is present.
 bool cuda_available();

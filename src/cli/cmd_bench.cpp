@@ -165,7 +165,7 @@ int run_bench(const BenchFlags& f) {
   auto backends = f.tensor_parallel.make_backends(f.device.device, threads);
   Backend* backend = backends[0].get();
   Timer upload_timer;
-  std::unique_ptr<ModelRunner> runner = make_model_runner(model, pointers(backends));
+  std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
   ModelRunner& transformer = *runner;
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
   if (!f.parallel.empty()) return run_batched(f, transformer, model.source, backend->name());

@@ -6,7 +6,6 @@
 // speed predicted from their bandwidth.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -96,8 +95,7 @@ int run_fit(const FitFlags& f) {
     size_t device_bytes = static_cast<size_t>(f.memory_gb * 1e9);
     if (device_bytes == 0)
       device_bytes = gpu ? backend->free_memory()
-                         : static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) /
-                               static_cast<size_t>(f.tensor_parallel);  // CPU ranks share one RAM
+                         : available_memory_bytes() / static_cast<size_t>(f.tensor_parallel);  // CPU ranks share one RAM
     out.update(verdict(plan, device_bytes, ctx, f.batch, limit));
     out["device"] = backend->name();
     out["weight_bytes_per_rank"] = plan.weight_bytes;

@@ -95,10 +95,6 @@ void open_browser(const std::string& url) {
   }
 }
 
-size_t available_memory_bytes() {
-  return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
 // Working memory beside the weights and the KV pool (activations of a prefill chunk,
 // logits, library workspaces), kept out of --memory-budget's KV share.
 constexpr size_t kWorkingBytes = size_t{2} << 30;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <unistd.h>
+
 #include "model/hf_cache.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -119,10 +121,8 @@ std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const 
   return backends;
 }
 
-std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& backends) {
-  std::vector<Backend*> out;
-  for (const auto& b : backends) out.push_back(b.get());
-  return out;
+size_t available_memory_bytes() {
+  return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace kettle::cli

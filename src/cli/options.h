@@ -71,7 +71,7 @@ struct TensorParallelOption {
   std::vector<std::unique_ptr<Backend>> make_backends(const std::string& device, int threads) const;
 };
 
-// The backends as the model runner takes them (not owned).
-std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& backends);
+// Host memory available now (free RAM, without what is already mapped).
+size_t available_memory_bytes();
 
 }  // namespace kettle::cli

@@ -28,12 +28,19 @@ TensorParallelRunner::TensorParallelRunner(const Model& model, const std::vector
                                                    tensor_parallel_of(*shards_[i], *collectives_[i], pool_.get())));
   }
   scratch_.resize(static_cast<size_t>(n));
+  scratch_ids_.resize(static_cast<size_t>(n));
 }
 
 TensorParallelRunner::~TensorParallelRunner() = default;
 
 float* TensorParallelRunner::scratch_floats(int rank, size_t count) {
   std::vector<float>& s = scratch_[static_cast<size_t>(rank)];
+  if (s.size() < count) s.resize(count);
+  return s.data();
+}
+
+int32_t* TensorParallelRunner::scratch_ids(int rank, size_t count) {
+  std::vector<int32_t>& s = scratch_ids_[static_cast<size_t>(rank)];
   if (s.size() < count) s.resize(count);
   return s.data();
 }
@@ -71,10 +78,13 @@ void TensorParallelRunner::forward(const int32_t* tokens, int64_t n, KvCache& kv
 }
 
 int32_t TensorParallelRunner::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
-  std::vector<int32_t> ids(static_cast<size_t>(ranks()));
+  int32_t id = 0;
   std::vector<BatchEntry> entries{{tokens, n, &kv}};
-  run(entries, [&](int r) { ids[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->forward_greedy(tokens, n, kv); });
-  return ids[0];
+  run(entries, [&](int r) {
+    const int32_t rank_id = ranks_[static_cast<size_t>(r)]->forward_greedy(tokens, n, kv);
+    if (r == 0) id = rank_id;  // every rank draws the same
+  });
+  return id;
 }
 
 void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
@@ -86,9 +96,8 @@ void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries,
 
 void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params,
                                          int32_t* ids) {
-  std::vector<std::vector<int32_t>> others(static_cast<size_t>(ranks()), std::vector<int32_t>(entries.size()));
   run(entries, [&](int r) {
-    ranks_[static_cast<size_t>(r)]->forward_batch(entries, params, r == 0 ? ids : others[static_cast<size_t>(r)].data());
+    ranks_[static_cast<size_t>(r)]->forward_batch(entries, params, r == 0 ? ids : scratch_ids(r, entries.size()));
   });
 }
 

@@ -49,7 +49,9 @@ class TensorParallelRunner final : public ModelRunner {
   // Reserves the entries' blocks, runs step(rank) on every rank at once (rank 0 on this
   // thread), then advances the entries' lengths.
   void run(const std::vector<BatchEntry>& entries, const std::function<void(int)>& step);
+  // Rank r's (r > 0) buffers for outputs only rank 0's copy of is returned.
   float* scratch_floats(int rank, size_t count);
+  int32_t* scratch_ids(int rank, size_t count);
 
   const Model& model_;
   std::vector<Backend*> backends_;
@@ -58,7 +60,8 @@ class TensorParallelRunner final : public ModelRunner {
   std::vector<std::unique_ptr<ModelShard>> shards_;
   std::unique_ptr<KvPool> pool_;
   std::vector<std::unique_ptr<Transformer>> ranks_;
-  std::vector<std::vector<float>> scratch_;  // ranks > 0: outputs nobody reads
+  std::vector<std::vector<float>> scratch_;     // ranks > 0: logits nobody reads
+  std::vector<std::vector<int32_t>> scratch_ids_;  // ranks > 0: sampled ids nobody reads
   ThreadPool rank_threads_;                   // thread r runs rank r; last: joined first
 };
 

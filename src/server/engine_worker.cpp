@@ -44,9 +44,7 @@ EngineWorker::EngineWorker(const Model& model, const Tokenizer& tokenizer,
       batch_(std::max(1, options.batch)),
       prefill_chunk_(std::max<int64_t>(1, options.prefill_chunk)),
       kv_budget_bytes_(options.kv_budget_bytes) {
-  std::vector<Backend*> ranks;
-  for (const auto& b : backends_) ranks.push_back(b.get());
-  runner_ = make_model_runner(model_, ranks,
+  runner_ = make_model_runner(model_, backend_pointers(backends_),
                               KvPool::Options{options.kv_block_size, kv_budget_bytes_, batch_, prefill_chunk_});
   if (!backends_[0]->host_memory()) {  // a GPU reserves its KV memory now, as vLLM does
     if (kv_budget_bytes_ == 0) {   // 90 % of what the weights left, past some working memory
