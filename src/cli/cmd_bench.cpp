@@ -165,22 +165,22 @@ int run_bench(const BenchFlags& f) {
   auto backends = f.tensor_parallel.make_backends(f.device.device, threads);
   Backend* backend = backends[0].get();
   Timer upload_timer;
-  std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
-  ModelRunner& transformer = *runner;
+  std::unique_ptr<ModelRunner> model_runner = make_model_runner(model, backend_pointers(backends));
+  ModelRunner& runner = *model_runner;
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
-  if (!f.parallel.empty()) return run_batched(f, transformer, model.source, backend->name());
+  if (!f.parallel.empty()) return run_batched(f, runner, model.source, backend->name());
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
   auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
 
   // Warm-up: first launches, library handles, and the recorded decode step.
-  prefill_tps(transformer, bench_tokens(std::min(f.prompt_tokens, 16), model.spec.vocab_size), logits);
-  prefill_tps(transformer, prompt, logits);
-  decode_tps(transformer, std::min(f.gen_tokens, 4));
+  prefill_tps(runner, bench_tokens(std::min(f.prompt_tokens, 16), model.spec.vocab_size), logits);
+  prefill_tps(runner, prompt, logits);
+  decode_tps(runner, std::min(f.gen_tokens, 4));
   const double copy_gbps = backend->measure_copy_bandwidth() / 1e9;  // 0 on the CPU
   std::vector<double> pp, tg;
   for (int r = 0; r < f.repetitions; ++r) {
-    pp.push_back(prefill_tps(transformer, prompt, logits));
-    tg.push_back(decode_tps(transformer, f.gen_tokens));
+    pp.push_back(prefill_tps(runner, prompt, logits));
+    tg.push_back(decode_tps(runner, f.gen_tokens));
   }
   Stat p = stat_of(pp), g = stat_of(tg);
   const double gbps = g.mean * static_cast<double>(model.weight_bytes()) / 1e9;

@@ -84,7 +84,7 @@ int run_generate(const GenerateFlags& flags) {
   log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
 
   auto backends = f.tensor_parallel.make_backends(f.device.device, f.threads.resolve());
-  std::unique_ptr<ModelRunner> transformer = make_model_runner(model, backend_pointers(backends));
+  std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
   GenerationRequest request;
   request.prompt = std::move(prompt);
   request.max_tokens = f.max_tokens;
@@ -110,7 +110,7 @@ int run_generate(const GenerateFlags& flags) {
     std::fflush(stdout);
     first = false;
   };
-  GenerationResult result = generate(*transformer, request, on_token);
+  GenerationResult result = generate(*runner, request, on_token);
   if (stream) {
     std::string rest = stream->finish();
     text += rest;

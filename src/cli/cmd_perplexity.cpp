@@ -59,9 +59,9 @@ int run_perplexity(const PerplexityFlags& flags) {
 
   const int64_t stride = f.stride > 0 ? f.stride : f.context / 2;
   auto backends = f.tensor_parallel.make_backends(f.device.device, f.threads.resolve());
-  std::unique_ptr<ModelRunner> transformer = make_model_runner(model, backend_pointers(backends));
+  std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
   std::optional<ProgressBar> progress_bar;
-  PerplexityResult r = perplexity(*transformer, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
+  PerplexityResult r = perplexity(*runner, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
     if (f.json) return;
     if (!progress_bar) progress_bar.emplace("perplexity", total);
     progress_bar->update(done, fmt::format("ppl {:.3f}", ppl));

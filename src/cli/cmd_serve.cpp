@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/generator.h"
+#include "model/memory_plan.h"
 #include "model/model.h"
 #include "server/engine_worker.h"
 #include "server/http_server.h"
@@ -95,10 +96,6 @@ void open_browser(const std::string& url) {
   }
 }
 
-// Working memory beside the weights and the KV pool (activations of a prefill chunk,
-// logits, library workspaces), kept out of --memory-budget's KV share.
-constexpr size_t kWorkingBytes = size_t{2} << 30;
-
 // The KV pool's cap: --kv-budget when given; else, in host memory, a quarter of what is
 // available now (the weights are mapped already); on a GPU 0, which the engine turns into
 // most of the device memory left after the weights. --memory-budget caps weights + KV +
@@ -111,12 +108,12 @@ size_t kv_budget_bytes(const ServeFlags& flags, const Model& model, const Backen
     bytes = available_memory_bytes() / 4;
   if (flags.memory_budget_gb < 0) return bytes;
   const auto total = static_cast<size_t>(flags.memory_budget_gb * 1e9);
-  const size_t fixed = model.weight_bytes() + kWorkingBytes;
+  const size_t fixed = model.weight_bytes() + kWorkingAllowanceBytes;
   if (total <= fixed)
     fail(ErrorCategory::kInvalidArgument,
          "--memory-budget {:.2f} GB does not hold the model's weights ({:.2f} GB) plus {:.1f} GB of working memory",
          flags.memory_budget_gb, static_cast<double>(model.weight_bytes()) / 1e9,
-         static_cast<double>(kWorkingBytes) / 1e9);
+         static_cast<double>(kWorkingAllowanceBytes) / 1e9);
   return bytes == 0 ? total - fixed : std::min(bytes, total - fixed);
 }
 

@@ -5,14 +5,6 @@
 #include "model/tensor_parallel.h"
 
 namespace kettle {
-namespace {
-
-// Library workspaces, the allocator's slack and the logits of a step, beside the
-// activations (the same allowance `serve --memory-budget` keeps).
-constexpr size_t kLibraryBytes = size_t{2} << 30;
-
-}  // namespace
-
 size_t MemoryPlan::kv_bytes(int64_t tokens, int64_t sequences) const {
   const int64_t windowed = window > 0 ? std::min(tokens, window) : tokens;
   return static_cast<size_t>(sequences) *
@@ -72,7 +64,7 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, size_t weight_value_bytes,
   // attention output and the MLP's gate|up in f32, and its last rows' logits.
   const size_t inter = static_cast<size_t>(std::max(s.intermediate_size, moe_inter)) / n;
   const size_t per_token = 4 * h + (q + 2 * kv) + 2 * q + 2 * inter;
-  plan.working_bytes = static_cast<size_t>(prefill_chunk) * per_token * sizeof(float) + kLibraryBytes;
+  plan.working_bytes = static_cast<size_t>(prefill_chunk) * per_token * sizeof(float) + kWorkingAllowanceBytes;
   return plan;
 }
 

@@ -15,6 +15,10 @@
 
 namespace kettle {
 
+// Working memory kept beside the weights and the KV cache: library workspaces, the
+// allocator's slack, a step's logits (`serve --memory-budget` keeps it out of the KV share).
+constexpr size_t kWorkingAllowanceBytes = size_t{2} << 30;
+
 struct MemoryPlan {
   int ranks = 1;
   size_t weight_bytes = 0;          // per rank, as the backend keeps them
