@@ -128,6 +128,10 @@ class Backend {
   virtual size_t free_memory() { return 0; }
   // Bytes of one cached key or value element (KvPages): 4 for f32, 2 for f16.
   virtual size_t kv_value_bytes() const { return sizeof(float); }
+  // Weight matmuls may round x to bf16 (CUDA: the GEMV and cuBLAS alike, so a row's
+  // product is the same alone or batched). A model whose output hinges on discrete
+  // choices made from the activations (MoE routing) asks for f32-accurate x instead.
+  virtual void keep_activations_exact(bool) {}
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).
   virtual double measure_copy_bandwidth() { return 0.0; }

@@ -54,6 +54,9 @@ Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options k
       tp_(tp),
       vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.vocab_size),
       weights_(resident_weights(backend, model.spec, model.weights)) {
+  // Routing picks experts by comparing logits: bf16-rounded activations would flip near
+  // ties the reference (f32) does not, so MoE models keep them exact.
+  backend.keep_activations_exact(model.spec.n_experts > 0);
   if (tp.pool != nullptr) {
     kv_pool_ = tp.pool;
   } else {

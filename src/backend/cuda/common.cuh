@@ -43,6 +43,14 @@ __device__ __forceinline__ float block_sum(float v) {
 __device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
 
+// x rounded to bf16 (round to nearest even), back as f32: the activations every weight
+// matmul multiplies, GEMV and GEMM alike (cuBLAS takes x as bf16), so a row's sums see
+// the same inputs alone or batched.
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float4 round_bf16(float4 v) {
+  return make_float4(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
+}
+
 // Eight bf16 weights (one 16-byte load) dotted with eight f32 activations.
 __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
   float s = bf16_lo(w.x) * a.x;
@@ -101,8 +109,9 @@ constexpr int kRowLoads = 4;
 // Two batches of U loads per row stay in flight: both are issued before grid_wait()
 // (weights never depend on the previous kernel), and each batch is reloaded as soon as it
 // is consumed, with no register copy between batches that would wait on the loads. Rows
-// take the 16-byte path when k is a multiple of 8 and x is 16-byte aligned.
-template <int R, int U>
+// take the 16-byte path when k is a multiple of 8 and x is 16-byte aligned. With kBf16X
+// each x element is rounded to bf16 first (round_bf16).
+template <int R, int U, bool kBf16X = false>
 __device__ __forceinline__ void rows_dot_part(const Bf16Bits* const (&w_rows)[R], const float* __restrict__ x, int k,
                                               int first, int workers, float (&sums)[R]) {
 #pragma unroll
@@ -112,7 +121,8 @@ __device__ __forceinline__ void rows_dot_part(const Bf16Bits* const (&w_rows)[R]
     for (int i = first; i < k; i += workers) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        sums[r] = fmaf(__uint_as_float(static_cast<uint32_t>(w_rows[r][i]) << 16), x[i], sums[r]);
+        sums[r] = fmaf(__uint_as_float(static_cast<uint32_t>(w_rows[r][i]) << 16), kBf16X ? round_bf16(x[i]) : x[i],
+                       sums[r]);
     }
     return;
   }
@@ -133,7 +143,8 @@ __device__ __forceinline__ void rows_dot_part(const Bf16Bits* const (&w_rows)[R]
     for (int u = 0; u < U; ++u) {
       const int cc = c + u * workers;
       if (cc < chunks) {
-        const float4 lo = __ldg(x4 + 2 * cc), hi = __ldg(x4 + 2 * cc + 1);
+        float4 lo = __ldg(x4 + 2 * cc), hi = __ldg(x4 + 2 * cc + 1);
+        if constexpr (kBf16X) lo = round_bf16(lo), hi = round_bf16(hi);
 #pragma unroll
         for (int r = 0; r < R; ++r) sums[r] += dot8(src[r][u], lo, hi);
       }

@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
     free_[round_up(bytes)].push_back(data);
   }
   size_t kv_value_bytes() const override { return 2; }  // f16 (paging.cuh)
+  void keep_activations_exact(bool on) override { exact_activations_ = on; }
   size_t free_memory() override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -382,7 +383,8 @@ class CudaBackend final : public Backend {
     auto* weights = reinterpret_cast<float*>(base + logits_bytes);
     auto* ids = reinterpret_cast<int32_t*>(base + logits_bytes + pair_bytes);
     auto* h = reinterpret_cast<float*>(base + logits_bytes + 2 * pair_bytes);
-    matmul(x, n, hidden, router, nullptr, logits, n_experts);
+    cuda::router_logits(x, n, hidden, bf16_data(router, "moe"), n_experts, logits, stream_);
+    check_launch("router_logits");
     cuda::route_top_k(logits, n, n_experts, k, params.renormalize, ids, weights, stream_);
     check_launch("route_top_k");
     const auto** table = expert_table(experts);
@@ -397,7 +399,6 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxGraphs = 128;  // decode steps: batch buckets × table-width buckets
   static constexpr size_t kReturnedBytes = size_t{256} << 20;
   static constexpr size_t kPinnedBytes = size_t{4} << 20;
-  static constexpr int64_t kSplitRows = 64;  // GEMMs of at most this many rows take x as hi + lo
   static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel
 
   // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
@@ -481,6 +482,27 @@ class CudaBackend final : public Backend {
   void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
                bool accumulate) {
     const int64_t k = targets[0].w->dim(1);
+    const bool use_gemv = n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets;
+    if (!use_gemv && !exact_activations_) {
+      // cuBLAS on x rounded to bf16, the same rounding the GEMV applies; a norm writes
+      // its bf16 rows directly.
+      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
+      if (norm != nullptr) {
+        cuda::rms_norm_bf16(x, n, k, ldx, f32_data(norm->weight, "norm"), norm->eps, norm->add_one, xb, stream_);
+        check_launch("rms_norm_bf16");
+      } else {
+        cuda::to_bf16(x, n, k, ldx, xb, stream_);
+        check_launch("to_bf16");
+      }
+      for (int i = 0; i < count; ++i) {
+        gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate);
+        if (const float* b = f32_data(targets[i].bias, "matmul")) {
+          cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
+          check_launch("add_bias");
+        }
+      }
+      return;
+    }
     // The norm runs as its own small kernel: normalising inside the GEMV (each warp
     // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
     if (norm != nullptr) {
@@ -488,65 +510,48 @@ class CudaBackend final : public Backend {
       ldx = k;
       norm = nullptr;
     }
-    if (n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets) {
+    if (use_gemv) {
       cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
       for (int i = 0; i < count; ++i)
         gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
                    static_cast<int>(targets[i].w->dim(0))};
-      cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, stream_);
+      cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, !exact_activations_, stream_);
       check_launch("gemv");
       return;
     }
-    if (n <= kSplitRows) {
-      // Few rows: the GEMM streams the weights once either way, so x goes in as two
-      // bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)) for f32-accurate activations at
-      // almost no cost. MoE routing and the golden parity depend on it.
-      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
-      cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
-      check_launch("to_bf16_split");
-      for (int i = 0; i < count; ++i) {
-        const int64_t m = targets[i].w->dim(0);
-        auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
-        gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false);
-        cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
-                         stream_);
-        check_launch("sum_halves");
-      }
-      return;
-    }
-    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
-    cuda::to_bf16(x, n, k, ldx, xb, stream_);
-    check_launch("to_bf16");
+    // x as two bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)): f32-accurate
+    // activations for a GEMM that streams the weights once either way.
+    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
+    cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
+    check_launch("to_bf16_split");
     for (int i = 0; i < count; ++i) {
-      gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate);
-      if (const float* b = f32_data(targets[i].bias, "matmul")) {
-        cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
-        check_launch("add_bias");
-      }
+      const int64_t m = targets[i].w->dim(0);
+      auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
+      gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false);
+      cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
+                       stream_);
+      check_launch("sum_halves");
     }
   }
 
   void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
              const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
     const int64_t k = gate.w->dim(1);
-    if (norm != nullptr) {
-      x = normalized(x, n, k, *norm);
-      ldx = k;
-      norm = nullptr;
-    }
-    if (n == 1 && cuda::gemv_supported(k)) {
-      const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
-                               static_cast<int>(gate.w->dim(0))};
-      const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
-                               static_cast<int>(up.w->dim(0))};
-      cuda::gemv_gated(g, u, act, x, static_cast<int>(k), out, stream_);
-      check_launch("gemv_gated");
+    if (n != 1 || !cuda::gemv_supported(k)) {
+      const MatmulTarget both[] = {gate, up};
+      project(x, n, ldx, norm, both, 2, false);
+      gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
       return;
     }
-    const MatmulTarget both[] = {gate, up};
-    project(x, n, ldx, norm, both, 2, false);
-    gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+    if (norm != nullptr) x = normalized(x, n, k, *norm);
+    const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
+                             static_cast<int>(gate.w->dim(0))};
+    const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
+                             static_cast<int>(up.w->dim(0))};
+    cuda::gemv_gated(g, u, act, x, static_cast<int>(k), !exact_activations_, out, stream_);
+    check_launch("gemv_gated");
   }
+
 
   // out[n, m] (row stride ldo) (+)= xb[n, k] · wᵀ: cuBLAS sees the row-major product as
   // the column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
@@ -605,6 +610,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
   bool capturing_ = false;
+  bool exact_activations_ = false;  // keep_activations_exact: GEMV x exact, GEMM x as hi + lo
   char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads

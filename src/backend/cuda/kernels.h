@@ -23,24 +23,29 @@ struct GemvTarget {
 constexpr int kMaxGemvTargets = 4;
 bool gemv_supported(int64_t k);  // k a multiple of 8 (16-byte rows)
 // targets[i].out (+)= W_i · x (+ b_i) for each target, in one launch; accumulate adds into
-// out instead of overwriting it.
-void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, cudaStream_t stream);
+// out instead of overwriting it. round_x: x rounded to bf16 as it is read (the rounding
+// cuBLAS's GEMMs take), else exact f32.
+void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, bool round_x,
+          cudaStream_t stream);
 // out[i] = act(gate_i · x + bg) * (up_i · x + bu), one launch.
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
-                cudaStream_t stream);
-// out[n, k] (dense) = bf16(x[n, k] (stride ldx)): the GEMM's activation operand.
-void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, bool round_x,
+                float* out, cudaStream_t stream);
 // out[2n, k] (dense): rows [0, n) = bf16(x), rows [n, 2n) = bf16(x - bf16(x)).
 void to_bf16_split(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
 // out[t, i] (stride ldo) (+)= wide[t, i] + wide[n + t, i] (+ bias[i]); wide: [2n, m] dense.
 void sum_halves(const float* wide, int64_t n, int64_t m, const float* bias, float* out, int64_t ldo, bool accumulate,
                 cudaStream_t stream);
+// out[n, k] (dense) = bf16(x[n, k] (stride ldx)): the GEMM's activation operand.
+void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
 // out[t, i] (stride ldo) += bias[i] for t < n, i < m.
 void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, cudaStream_t stream);
 
 // ---- norm.cu ---------------------------------------------------------------------
 void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
               float* out, int64_t ldo, cudaStream_t stream);
+// The same norm written dense as bf16 [rows, dim]: the GEMM's activation operand in one pass.
+void rms_norm_bf16(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
+                   Bf16* out, cudaStream_t stream);
 void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const float* w, float eps, bool add_one,
                   float* out, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
@@ -77,6 +82,9 @@ void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv
                        const AttentionParams& p, float* out, int64_t ldo, cudaStream_t stream);
 
 // ---- moe.cu -----------------------------------------------------------------------------
+// logits[t, e] = router_e · x_t, x in f32 (no bf16 rounding: routing is a discrete choice).
+void router_logits(const float* x, int64_t n, int64_t hidden, const Bf16* router, int n_experts, float* logits,
+                   cudaStream_t stream);
 // Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
 // renormalised when asked. Writes ids [n, top_k] and weights [n, top_k], sorted by expert id.
 void route_top_k(const float* logits, int64_t n, int n_experts, int top_k, bool renormalize, int32_t* ids,

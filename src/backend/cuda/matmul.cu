@@ -1,8 +1,12 @@
 // Decode matmuls (one token): GEMV over bf16 weights, memory-bound, so each
 // output row is streamed with 16-byte loads by one warp or a group of warps
 // splitting k, and several weights (q/k/v; gate/up) share one launch so the
-// grid is large enough to keep HBM busy. Prefill goes to cuBLAS
+// grid is large enough to keep HBM busy. x is either rounded to bf16 as it is
+// read (the rounding cuBLAS's GEMMs take: a token's matmuls see the same inputs
+// alone or batched) or used exact, as the backend's activation rule says. Prefill goes to cuBLAS
 // (cuda_backend.cpp); the small conversion and bias kernels it needs live here.
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -23,12 +27,12 @@ struct GemvBatch {
 // per group; the S warps of a group split the row's k, so narrow matrices with few rows
 // still occupy every warp slot. Sums come back on the group's first lane (returns true
 // there); the split's partials are added in a fixed order, so results are deterministic.
-template <int R, int S>
+template <int R, int S, bool RoundX>
 __device__ __forceinline__ bool group_rows_dot(const Bf16Bits* const (&rows)[R], bool valid, const float* x, int k,
                                                float (&sums)[R]) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slice = warp % S;
   if (valid) {
-    rows_dot_part<R, kRowLoads / R>(rows, x, k, slice * kWarp + lane, S * kWarp, sums);
+    rows_dot_part<R, kRowLoads / R, RoundX>(rows, x, k, slice * kWarp + lane, S * kWarp, sums);
   } else {
     grid_wait();
 #pragma unroll
@@ -55,24 +59,37 @@ __device__ __forceinline__ bool group_rows_dot(const Bf16Bits* const (&rows)[R],
   }
 }
 
-template <int S>
+// A group of S warps computes R consecutive output rows of the batch (targets packed
+// back to back; a row past the end recomputes the last row and is not written).
+template <int S, int R, bool RoundX>
 __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
     gemv_kernel(GemvBatch batch, const float* __restrict__ x, int k) {
-  const int global_row = blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S;
-  const bool valid = global_row < batch.begin[batch.count];
-  int t = 0;
-  while (t + 1 < batch.count && global_row >= batch.begin[t + 1]) ++t;
-  const GemvTarget& target = batch.target[t];
-  const int row = global_row - batch.begin[t];
-  const Bf16Bits* rows[1] = {valid ? target.w + static_cast<size_t>(row) * k : nullptr};
-  float sums[1];
-  if (group_rows_dot<1, S>(rows, valid, x, k, sums)) {
-    const float v = sums[0] + (target.bias != nullptr ? target.bias[row] : 0.0f);
-    target.out[row] = batch.accumulate ? target.out[row] + v : v;
+  const int first = (blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S) * R;
+  const int total = batch.begin[batch.count];
+  const bool valid = first < total;
+  int target[R], row[R];
+  const Bf16Bits* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int global_row = min(first + r, total - 1);
+    int t = 0;
+    while (t + 1 < batch.count && global_row >= batch.begin[t + 1]) ++t;
+    target[r] = t;
+    row[r] = global_row - batch.begin[t];
+    rows[r] = valid ? batch.target[t].w + static_cast<size_t>(row[r]) * k : nullptr;
+  }
+  float sums[R];
+  if (!group_rows_dot<R, S, RoundX>(rows, valid, x, k, sums)) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (first + r >= total) break;
+    const GemvTarget& t = batch.target[target[r]];
+    const float v = sums[r] + (t.bias != nullptr ? t.bias[row[r]] : 0.0f);
+    t.out[row[r]] = batch.accumulate ? t.out[row[r]] + v : v;
   }
 }
 
-template <int S>
+template <int S, bool RoundX>
 __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
     gemv_gated_kernel(GemvTarget gate, GemvTarget up, Activation act, const float* __restrict__ x, int k, float* out) {
   const int row = blockIdx.x * (kGemvWarps / S) + threadIdx.x / kWarp / S;
@@ -80,7 +97,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarp, kGemvMinBlocks)
   const Bf16Bits* rows[2] = {valid ? gate.w + static_cast<size_t>(row) * k : nullptr,
                              valid ? up.w + static_cast<size_t>(row) * k : nullptr};
   float sums[2];
-  if (group_rows_dot<2, S>(rows, valid, x, k, sums)) {
+  if (group_rows_dot<2, S, RoundX>(rows, valid, x, k, sums)) {
     const float g = sums[0] + (gate.bias != nullptr ? gate.bias[row] : 0.0f);
     const float u = sums[1] + (up.bias != nullptr ? up.bias[row] : 0.0f);
     out[row] = activate(act, g) * u;
@@ -153,20 +170,47 @@ static int gemv_split(int64_t rows, int64_t k) {
   return split;
 }
 
+// Output rows per warp group of the plain GEMV (KETTLE_GEMV_ROWS, 1, 2 or 4: an experiment).
+static int gemv_rows_per_group() {
+  static const int rows = [] {
+    const char* v = std::getenv("KETTLE_GEMV_ROWS");
+    const int r = v != nullptr ? std::atoi(v) : 1;
+    return r == 2 || r == 4 ? r : 1;
+  }();
+  return rows;
+}
+
+template <int S, int R>
+static void launch_gemv_rows(const GemvBatch& batch, const float* x, int k, bool round_x, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(batch.begin[batch.count], kGemvWarps / S * R);
+  if (round_x)
+    launch(gemv_kernel<S, R, true>, blocks, kGemvWarps * kWarp, 0, stream, batch, x, k);
+  else
+    launch(gemv_kernel<S, R, false>, blocks, kGemvWarps * kWarp, 0, stream, batch, x, k);
+}
+
 template <int S>
-static void launch_gemv(const GemvBatch& batch, const float* x, int k, cudaStream_t stream) {
-  launch(gemv_kernel<S>, blocks_for(batch.begin[batch.count], kGemvWarps / S), kGemvWarps * kWarp, 0, stream, batch, x,
-         k);
+static void launch_gemv(const GemvBatch& batch, const float* x, int k, bool round_x, cudaStream_t stream) {
+  if (gemv_rows_per_group() == 4)
+    launch_gemv_rows<S, 4>(batch, x, k, round_x, stream);
+  else if (gemv_rows_per_group() == 2)
+    launch_gemv_rows<S, 2>(batch, x, k, round_x, stream);
+  else
+    launch_gemv_rows<S, 1>(batch, x, k, round_x, stream);
 }
 
 template <int S>
 static void launch_gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k,
-                              float* out, cudaStream_t stream) {
-  launch(gemv_gated_kernel<S>, blocks_for(gate.rows, kGemvWarps / S), kGemvWarps * kWarp, 0, stream, gate, up, act, x,
-         k, out);
+                              bool round_x, float* out, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(gate.rows, kGemvWarps / S);
+  if (round_x)
+    launch(gemv_gated_kernel<S, true>, blocks, kGemvWarps * kWarp, 0, stream, gate, up, act, x, k, out);
+  else
+    launch(gemv_gated_kernel<S, false>, blocks, kGemvWarps * kWarp, 0, stream, gate, up, act, x, k, out);
 }
 
-void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, cudaStream_t stream) {
+void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, bool round_x,
+          cudaStream_t stream) {
   GemvBatch batch{};
   batch.accumulate = accumulate ? 1 : 0;
   batch.count = count;
@@ -175,25 +219,25 @@ void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accu
     batch.target[i] = targets[i];
     batch.begin[i + 1] = batch.begin[i] + targets[i].rows;
   }
-  switch (gemv_split(batch.begin[count], k)) {
+  switch (gemv_split(batch.begin[count] / gemv_rows_per_group(), k)) {
     case 1:
-      return launch_gemv<1>(batch, x, k, stream);
+      return launch_gemv<1>(batch, x, k, round_x, stream);
     case 2:
-      return launch_gemv<2>(batch, x, k, stream);
+      return launch_gemv<2>(batch, x, k, round_x, stream);
     default:
-      return launch_gemv<4>(batch, x, k, stream);
+      return launch_gemv<4>(batch, x, k, round_x, stream);
   }
 }
 
-void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, float* out,
-                cudaStream_t stream) {
+void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, bool round_x,
+                float* out, cudaStream_t stream) {
   switch (gemv_split(gate.rows, k)) {
     case 1:
-      return launch_gemv_gated<1>(gate, up, act, x, k, out, stream);
+      return launch_gemv_gated<1>(gate, up, act, x, k, round_x, out, stream);
     case 2:
-      return launch_gemv_gated<2>(gate, up, act, x, k, out, stream);
+      return launch_gemv_gated<2>(gate, up, act, x, k, round_x, out, stream);
     default:
-      return launch_gemv_gated<4>(gate, up, act, x, k, out, stream);
+      return launch_gemv_gated<4>(gate, up, act, x, k, round_x, out, stream);
   }
 }
 

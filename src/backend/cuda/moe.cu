@@ -14,6 +14,23 @@ namespace {
 constexpr int kMaxTopK = 16;
 constexpr int kMoeWarps = 4;
 
+// grid (experts / warps, n): one warp per router logit, x exact (not rounded to bf16 as
+// the weight matmuls take it: a near tie between experts picks as the reference does),
+// each token's logits the same alone or batched.
+__global__ void __launch_bounds__(kMoeWarps* kWarp)
+    router_logits_kernel(const float* __restrict__ x, int64_t hidden, const Bf16Bits* __restrict__ router,
+                         int n_experts, float* logits) {
+  const int64_t e = blockIdx.x * kMoeWarps + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (e >= n_experts) {
+    grid_wait();
+    return;
+  }
+  const int64_t t = blockIdx.y;
+  const float y = row_dot(router + e * hidden, x + t * hidden, static_cast<int>(hidden), lane);
+  if (lane == 0) logits[t * n_experts + e] = y;
+}
+
 // One warp per token.
 __global__ void route_top_k_kernel(const float* __restrict__ logits, int n_experts, int top_k, bool renormalize,
                                    int32_t* ids, float* weights) {
@@ -111,6 +128,13 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
 }
 
 }  // namespace
+
+void router_logits(const float* x, int64_t n, int64_t hidden, const Bf16* router, int n_experts, float* logits,
+                   cudaStream_t stream) {
+  const dim3 grid(blocks_for(n_experts, kMoeWarps), static_cast<unsigned>(n));
+  launch(router_logits_kernel, grid, kMoeWarps * kWarp, 0, stream, x, hidden, router, n_experts,
+         logits);
+}
 
 void route_top_k(const float* logits, int64_t n, int n_experts, int top_k, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t stream) {
