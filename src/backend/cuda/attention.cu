@@ -54,21 +54,20 @@ __device__ __forceinline__ void copies_done() {
 }
 
 // Four 8x8 f16 matrices from shared memory, lanes 8i..8i+7 giving matrix i's row
-// addresses; .trans hands each lane a column pair instead of a row pair.
+// addresses; kTransposed (.trans) hands each lane a column pair instead of a row pair.
+template <bool kTransposed = false>
 __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const __half* row) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
-}
-
-__device__ __forceinline__ void load_matrices_transposed(uint32_t (&r)[4], const __half* row) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
+  if constexpr (kTransposed)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
 }
 
 // c[16x8] += a[16x16] · b[16x8], f16 inputs, f32 accumulators (PTX fragment layouts:
@@ -233,8 +232,7 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
     for (int dp = 0; dp < KT; ++dp) {
       if (dp >= steps) break;
       uint32_t b[4];  // keys 16 kk + [0, 8) and + [8, 16), dims 16 dp + [0, 8) and + [8, 16)
-      load_matrices_transposed(
-          b, v_tile + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * stride + dp * 16 + (lane / 16) * 8);
+      load_matrices<true>(b, v_tile + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * stride + dp * 16 + (lane / 16) * 8);
       mma(o[2 * dp], p_hi, b[0], b[1]);
       mma(o[2 * dp], p_lo, b[0], b[1]);
       mma(o[2 * dp + 1], p_hi, b[2], b[3]);
