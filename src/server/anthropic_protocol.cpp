@@ -20,7 +20,7 @@ std::string text_of_blocks(const ordered_json& content, const std::string& name)
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const ordered_json& block = content[i];
-    if (!block.is_object() || block.value("type", "") != "text" || !block.contains("text") || !block["text"].is_string())
+    if (!field_is(block, "type", "text") || !block.contains("text") || !block["text"].is_string())
       bad_field(fmt::format("{}[{}]", name, i), "a {\"type\": \"text\", \"text\": ...} block");
     text += block["text"].get<std::string>();
   }

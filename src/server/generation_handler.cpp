@@ -53,7 +53,7 @@ std::string random_id(const char* prefix) {
 // (Anthropic's prefill, transformers' continue_final_message).
 bool continues_final_message(const nlohmann::ordered_json& messages) {
   const auto& last = messages.back();
-  return last.value("role", "") == "assistant" && last.contains("content") && last["content"].is_string() &&
+  return field_is(last, "role", "assistant") && last.contains("content") && last["content"].is_string() &&
          !last["content"].get<std::string>().empty() && !last.contains("tool_calls");
 }
 

@@ -81,7 +81,7 @@ ordered_json check_tools(const ordered_json& body) {
   for (size_t i = 0; i < tools->size(); ++i) {
     const ordered_json& t = (*tools)[i];
     std::string name = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+    if (!field_is(t, "type", "function") || !t.contains("function") || !t["function"].is_object())
       bad_field(name, "{\"type\": \"function\", \"function\": {...}}");
     if (!t["function"].contains("name") || !t["function"]["name"].is_string())
       bad_field(name + ".function.name", "a string");

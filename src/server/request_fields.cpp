@@ -17,6 +17,12 @@ const ordered_json* field(const ordered_json& body, const char* name) {
   return &*it;
 }
 
+bool field_is(const ordered_json& object, const char* name, std::string_view value) {
+  if (!object.is_object()) return false;
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == value;
+}
+
 std::optional<double> number_field(const ordered_json& body, const char* name, double lo, double hi) {
   const ordered_json* v = field(body, name);
   if (!v) return std::nullopt;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/api_error.h"
@@ -20,6 +21,9 @@ using ordered_json = nlohmann::ordered_json;
 
 // The value of `name`, or nullptr when absent or null.
 const ordered_json* field(const ordered_json& body, const char* name);
+// True when `object` is an object whose `name` is the string `value` (any other type,
+// or none, is false: a client's wrong type must not throw past the parser).
+bool field_is(const ordered_json& object, const char* name, std::string_view value);
 
 std::optional<double> number_field(const ordered_json& body, const char* name, double lo, double hi);
 std::optional<int64_t> int_field(const ordered_json& body, const char* name, int64_t lo, int64_t hi = INT64_MAX);

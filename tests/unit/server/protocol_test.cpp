@@ -49,6 +49,8 @@ TEST(OpenAiRequest, EachBadFieldIsNamed) {
   EXPECT_EQ(rejected_param(chat_body({{"top_logprobs", 3}})), "top_logprobs");  // without logprobs: true
   EXPECT_EQ(rejected_param(chat_body({{"logprobs", true}, {"top_logprobs", 21}})), "top_logprobs");
   EXPECT_EQ(rejected_param(chat_body({{"tools", {{{"type", "function"}}}}})), "tools[0]");
+  // A field of the wrong JSON type is named, not thrown past the parser (found by the fuzz pass).
+  EXPECT_EQ(rejected_param(chat_body({{"tools", {{{"type", {{"name", "f"}}}}}}})), "tools[0]");
   EXPECT_EQ(rejected_param(chat_body({{"tool_choice", "sometimes"}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}})),
             "tool_choice");
   EXPECT_EQ(rejected_param({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}),
@@ -160,6 +162,12 @@ TEST(AnthropicRequest, RequiredFieldsAndBadBlocksAreNamed) {
   EXPECT_EQ(param(anthropic_body({{{"role", "user"}, {"content", {{{"type", "image"}}}}}})), "messages[0].content[0]");
   EXPECT_EQ(param(anthropic_body({{{"role", "user"}, {"content", {{{"type", "tool_use"}, {"id", "x"}}}}}})),
             "messages[0].content[0]");  // tool_use belongs to the assistant
+  EXPECT_EQ(param(anthropic_body({{{"role", "user"},
+                                   {"content",
+                                    {{{"type", "tool_result"},
+                                      {"tool_use_id", "t"},
+                                      {"content", {{{"type", {{"x", 1}}}, {"text", "r"}}}}}}}}})),
+            "messages[0].content[0].content[0]");  // a block type that is not a string
   b = ok;
   b["temperature"] = 1.5;  // Anthropic's range is [0, 1]
   EXPECT_EQ(param(b), "temperature");
