@@ -39,7 +39,9 @@ __host__ __device__ constexpr int padded_row(int hd) {
 
 // Dynamic shared memory of one block: K tiles [warps][32][row], V tiles likewise, then
 // Q's hi and lo halves [G + 1][row] each (row G is zeros: MMA rows past G read it).
-// After the MMAs the tile area holds the merge's floats (merge_floats ≤ tile area).
+// After the MMAs the tile area holds the merge's floats: the warps' states
+// (4 · group · hd), then the chunk weights (group · kMergeSlots + 2 group), at most
+// 128 · row floats for any group ≤ 16.
 size_t block_bytes(int hd, int group) {
   return static_cast<size_t>(2 * kChunk + 2 * (group + 1)) * padded_row(hd) * sizeof(__half);
 }

@@ -552,7 +552,6 @@ class CudaBackend final : public Backend {
     check_launch("gemv_gated");
   }
 
-
   // out[n, m] (row stride ldo) (+)= xb[n, k] · wᵀ: cuBLAS sees the row-major product as
   // the column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
   void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo,

@@ -2,9 +2,10 @@
 // output row is streamed with 16-byte loads by one warp or a group of warps
 // splitting k, and several weights (q/k/v; gate/up) share one launch so the
 // grid is large enough to keep HBM busy. x is either rounded to bf16 as it is
-// read (the rounding cuBLAS's GEMMs take: a token's matmuls see the same inputs
-// alone or batched) or used exact, as the backend's activation rule says. Prefill goes to cuBLAS
-// (cuda_backend.cpp); the small conversion and bias kernels it needs live here.
+// read (the rounding cuBLAS's GEMMs take: a token's matmuls see the same
+// inputs alone or batched) or used exact, as the backend's activation rule
+// says. Prefill goes to cuBLAS (cuda_backend.cpp); the small conversion and
+// bias kernels it needs live here.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -146,7 +147,9 @@ __global__ void add_bias_kernel(float* out, int64_t n, int64_t m, int64_t ldo, c
 
 }  // namespace
 
-bool gemv_supported(int64_t k) { return k % 8 == 0 && k <= (int64_t{1} << 30); }
+bool gemv_supported(int64_t k) {
+  return k % 8 == 0 && k <= (int64_t{1} << 30);
+}
 
 // Warps of the GEMV kernels resident on the whole GPU at once: the launch bounds make the
 // registers allow kGemvMinBlocks blocks per SM (shared memory is a few bytes).
@@ -157,13 +160,14 @@ static int64_t resident_warps() {
   return int64_t{sms} * kGemvMinBlocks * kGemvWarps;
 }
 
-// Warps per row (H200, 2026-12-02). Deep matrices (k and rows both ≥ 4096: every
-// llama-3.1-8b weight) split 4 ways: more, shorter warps keep more loads in flight (8b
-// decode 215.5 against 210.5 tok/s unsplit, both with dependents launched before the
-// wait, which changed nothing at 8b). Otherwise k is split only while rows × split
-// warps still fit in one wave, so a matrix with fewer rows than warp slots (o and down of
-// llama-3.2-1b) fills the GPU without adding a wave; splitting k = 2048 rows 4 ways leaves
-// two loads per lane (1b decode 934 against 1029 tok/s).
+// Warps per warp group (H200, 2026-12-02), for `rows` groups of k weights each (output
+// rows; pairs of them for the plain GEMV, since two rows per group were measured).
+// Deep matrices (k and groups both ≥ 4096: the 8b MLP's gate/up) split 4 ways: more,
+// shorter warps keep more loads in flight (8b decode 215.5 against 210.5 tok/s unsplit,
+// measured with one row per group). Otherwise k is split only while groups × split warps
+// still fit in one wave, so a matrix with fewer groups than warp slots fills the GPU
+// without adding a wave; splitting k = 2048 rows 4 ways leaves two loads per lane (1b
+// decode 934 against 1029 tok/s).
 static int gemv_split(int64_t rows, int64_t k) {
   if (rows >= 4096 && k >= 4096) return 4;
   static const int64_t resident = resident_warps();
@@ -172,18 +176,13 @@ static int gemv_split(int64_t rows, int64_t k) {
   return split;
 }
 
-template <int S, int R>
-static void launch_gemv_rows(const GemvBatch& batch, const float* x, int k, bool round_x, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(batch.begin[batch.count], kGemvWarps / S * R);
-  if (round_x)
-    launch(gemv_kernel<S, R, true>, blocks, kGemvWarps * kWarp, 0, stream, batch, x, k);
-  else
-    launch(gemv_kernel<S, R, false>, blocks, kGemvWarps * kWarp, 0, stream, batch, x, k);
-}
-
 template <int S>
 static void launch_gemv(const GemvBatch& batch, const float* x, int k, bool round_x, cudaStream_t stream) {
-  launch_gemv_rows<S, kGemvRows>(batch, x, k, round_x, stream);
+  const unsigned blocks = blocks_for(batch.begin[batch.count], kGemvWarps / S * kGemvRows);
+  if (round_x)
+    launch(gemv_kernel<S, kGemvRows, true>, blocks, kGemvWarps * kWarp, 0, stream, batch, x, k);
+  else
+    launch(gemv_kernel<S, kGemvRows, false>, blocks, kGemvWarps * kWarp, 0, stream, batch, x, k);
 }
 
 template <int S>

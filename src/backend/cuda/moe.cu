@@ -14,9 +14,10 @@ namespace {
 constexpr int kMaxTopK = 16;
 constexpr int kMoeWarps = 4;
 
-// grid (experts / warps, n): one warp per router logit, x exact (not rounded to bf16 as
-// the weight matmuls take it: a near tie between experts picks as the reference does),
-// each token's logits the same alone or batched.
+// grid (experts / warps, n): one warp per router logit, x exact (MoE models keep exact
+// activations: a near tie between experts picks as the reference does) and the same
+// arithmetic for any token count, so a token routes alike alone or batched (the matmul
+// path would switch between the GEMV and hi + lo GEMMs with the row count).
 __global__ void __launch_bounds__(kMoeWarps* kWarp)
     router_logits_kernel(const float* __restrict__ x, int64_t hidden, const Bf16Bits* __restrict__ router,
                          int n_experts, float* logits) {
@@ -132,14 +133,13 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
 void router_logits(const float* x, int64_t n, int64_t hidden, const Bf16* router, int n_experts, float* logits,
                    cudaStream_t stream) {
   const dim3 grid(blocks_for(n_experts, kMoeWarps), static_cast<unsigned>(n));
-  launch(router_logits_kernel, grid, kMoeWarps * kWarp, 0, stream, x, hidden, router, n_experts,
-         logits);
+  launch(router_logits_kernel, grid, kMoeWarps * kWarp, 0, stream, x, hidden, router, n_experts, logits);
 }
 
 void route_top_k(const float* logits, int64_t n, int n_experts, int top_k, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t stream) {
   launch(route_top_k_kernel, static_cast<unsigned>(n), kWarp, 0, stream, logits, n_experts, top_k, renormalize, ids,
-                                                                      weights);
+         weights);
 }
 
 void moe_gate_up(const float* x, int64_t n, int64_t hidden, const int32_t* ids, int top_k, const Bf16* const* gate,

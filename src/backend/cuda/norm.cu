@@ -10,20 +10,26 @@ namespace {
 constexpr int kNormThreads = 512;
 constexpr int kNormLoads = 8;  // float4s of a row per thread on the register path: dim ≤ 16384
 
-// A row's sum of squares and scaled output, the row held in registers: the norm weight is
-// loaded before grid_wait (weights never depend on the previous kernel), the row once.
-// For rows of a multiple of 4 floats with 16-byte aligned starts; add: x += y first (and
-// written back). Sums run in a fixed order per row, the same for any row count.
 // The normalised values as f32, or rounded to bf16 for a GEMM's activation operand.
-__device__ __forceinline__ void store(float* out, int64_t i, float v) { out[i] = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* out, int64_t i, float v) { out[i] = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store4(float* out, int i, float4 v) { reinterpret_cast<float4*>(out)[i] = v; }
+__device__ __forceinline__ void store(float* out, int64_t i, float v) {
+  out[i] = v;
+}
+__device__ __forceinline__ void store(__nv_bfloat16* out, int64_t i, float v) {
+  out[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void store4(float* out, int i, float4 v) {
+  reinterpret_cast<float4*>(out)[i] = v;
+}
 __device__ __forceinline__ void store4(__nv_bfloat16* out, int i, float4 v) {
   __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out) + 2 * i;
   o[0] = __floats2bfloat162_rn(v.x, v.y);
   o[1] = __floats2bfloat162_rn(v.z, v.w);
 }
 
+// A row's sum of squares and scaled output, the row held in registers: the norm weight is
+// loaded before grid_wait (weights never depend on the previous kernel), the row once.
+// For rows of a multiple of 4 floats with 16-byte aligned starts; add: x += y first (and
+// written back). Sums run in a fixed order per row, the same for any row count.
 template <bool kAdd, typename Out>
 __device__ __forceinline__ void norm_row_registers(float* x, const float* __restrict__ y, int64_t dim,
                                                    const float* __restrict__ w, float eps, bool add_one, Out* out) {
