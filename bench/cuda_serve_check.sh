@@ -5,7 +5,8 @@
 # --prompt-cache 0 server must come back with identical text (issue 7's
 # check); then a timed burst reports throughput and time to first token of
 # the batched server.
-#   [REQUESTS=32] [BATCH=32] [BATCHED_FLAGS=...] bash bench/cuda_serve_check.sh KETTLE_BIN MODEL_DIR
+#   [REQUESTS=32] [BATCH=32] [FLAGS=...] [BATCHED_FLAGS=...] bash bench/cuda_serve_check.sh KETTLE_BIN MODEL_DIR
+# FLAGS go to both servers (e.g. --batch-invariant), BATCHED_FLAGS to the batched one.
 set -uo pipefail
 kettle=${1:?kettle binary}; model=${2:?model folder}
 start() {  # port, flags...
@@ -14,8 +15,8 @@ start() {  # port, flags...
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.5; done
   echo "server on $port did not start"; tail -5 "/tmp/serve-$port.log"; return 1
 }
-start 8091 --batch "${BATCH:-32}" ${BATCHED_FLAGS:-} || exit 1
-start 8092 --batch 1 --prompt-cache 0 || exit 1
+start 8091 --batch "${BATCH:-32}" ${FLAGS:-} ${BATCHED_FLAGS:-} || exit 1
+start 8092 --batch 1 --prompt-cache 0 ${FLAGS:-} || exit 1
 REQUESTS=${REQUESTS:-32} python3 - <<'PY'
 import json, os, threading, time, urllib.request
 N = int(os.environ["REQUESTS"])

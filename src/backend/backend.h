@@ -128,10 +128,20 @@ class Backend {
   virtual size_t free_memory() { return 0; }
   // Bytes of one cached key or value element (KvPages): 4 for f32, 2 for f16.
   virtual size_t kv_value_bytes() const { return sizeof(float); }
-  // Weight matmuls may round x to bf16 (CUDA: the GEMV and cuBLAS alike, so a row's
-  // product is the same alone or batched). A model whose output hinges on discrete
-  // choices made from the activations (MoE routing) asks for f32-accurate x instead.
+  // Weight matmuls may round x to bf16 (CUDA: both of its matmul paths, below). A model
+  // whose output hinges on discrete choices made from the activations (MoE routing)
+  // asks for f32-accurate x instead.
   virtual void keep_activations_exact(bool) {}
+  // Rows [0, rows) of the matmuls that follow are generated tokens (decode), the rest
+  // prompt tokens. A backend whose sums could depend on the row count runs each kind
+  // through kernels whose sums do not (CUDA: prompt rows always, decode rows under
+  // set_batch_invariant), so a token's product is the same alone or batched, however
+  // prompts are chunked; the CPU's never depend on it.
+  virtual void set_decode_rows(int64_t) {}
+  // Decode rows through batch-invariant kernels too (a GPU's are slower than its
+  // fastest ones); off, a decode alone and the same decode batched may differ in the
+  // last bits of their logits. The CPU is batch-invariant either way.
+  virtual void set_batch_invariant(bool) {}
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).
   virtual double measure_copy_bandwidth() { return 0.0; }

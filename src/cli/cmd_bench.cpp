@@ -112,7 +112,7 @@ BatchedResult batched_run(ModelRunner& t, int batch, int prompt, int gen, int64_
   }
   r.prefill_seconds = timer.seconds();
   entries.clear();
-  for (int b = 0; b < batch; ++b) entries.push_back({&next[static_cast<size_t>(b)], 1, &caches[static_cast<size_t>(b)]});
+  for (int b = 0; b < batch; ++b) entries.push_back({&next[static_cast<size_t>(b)], 1, &caches[static_cast<size_t>(b)], true});
   timer.reset();
   for (int i = 0; i < gen; ++i) t.forward_batch(entries, greedy.data(), next.data());
   r.decode_seconds = timer.seconds();
@@ -162,7 +162,7 @@ int run_bench(const BenchFlags& f) {
   log::info("model {} ready in {:.0f} ms ({:.2f} GB of weights)", model.source, load_timer.millis(), model.weight_bytes() / 1e9);
 
   const int threads = f.threads.resolve();
-  auto backends = f.tensor_parallel.make_backends(f.device.device, threads);
+  auto backends = f.tensor_parallel.make_backends(f.device, threads);
   Backend* backend = backends[0].get();
   Timer upload_timer;
   std::unique_ptr<ModelRunner> model_runner = make_model_runner(model, backend_pointers(backends));

@@ -83,7 +83,7 @@ int run_generate(const GenerateFlags& flags) {
   double load_ms = load_timer.millis();
   log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
 
-  auto backends = f.tensor_parallel.make_backends(f.device.device, f.threads.resolve());
+  auto backends = f.tensor_parallel.make_backends(f.device, f.threads.resolve());
   std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
   GenerationRequest request;
   request.prompt = std::move(prompt);

@@ -58,7 +58,7 @@ int run_perplexity(const PerplexityFlags& flags) {
   log::info("model {} loaded in {:.0f} ms; {} tokens in {}", f.model, load_timer.millis(), ids.size(), f.file);
 
   const int64_t stride = f.stride > 0 ? f.stride : f.context / 2;
-  auto backends = f.tensor_parallel.make_backends(f.device.device, f.threads.resolve());
+  auto backends = f.tensor_parallel.make_backends(f.device, f.threads.resolve());
   std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
   std::optional<ProgressBar> progress_bar;
   PerplexityResult r = perplexity(*runner, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {

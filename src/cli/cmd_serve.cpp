@@ -155,7 +155,7 @@ int run_serve(const ServeFlags& flags) {
 
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
   const int ranks = flags.tensor_parallel.ranks;
-  std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device.device, flags.threads.resolve());
+  std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device, flags.threads.resolve());
   const Backend& backend = *backends[0];
   server::EngineWorker::Options engine_options;
   // The prefix cache lives inside the KV pool, so the pool's cap bounds it too.

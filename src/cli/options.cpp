@@ -105,6 +105,9 @@ void DeviceOption::add_to(CLI::App& app) {
   app.add_option("--device", device, "where the model runs: cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  app.add_flag("--batch-invariant", batch_invariant,
+               "decode through kernels whose sums do not depend on the batch, so a request's tokens are the same "
+               "alone or batched on a GPU too (slower decode; the CPU always is)");
 }
 
 void TensorParallelOption::add_to(CLI::App& app) {
@@ -115,9 +118,12 @@ void TensorParallelOption::add_to(CLI::App& app) {
       ->capture_default_str();
 }
 
-std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const std::string& device, int threads) const {
+std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const DeviceOption& device, int threads) const {
   std::vector<std::unique_ptr<Backend>> backends;
-  for (int r = 0; r < ranks; ++r) backends.push_back(make_backend(device, std::max(1, threads / ranks)));
+  for (int r = 0; r < ranks; ++r) {
+    backends.push_back(make_backend(device.device, std::max(1, threads / ranks)));
+    backends.back()->set_batch_invariant(device.batch_invariant);
+  }
   return backends;
 }
 

@@ -57,9 +57,12 @@ struct ThreadOption {
   int resolve() const;
 };
 
-// --device cpu|cuda|auto (auto: cuda when built with CUDA and a GPU is present, else cpu).
+// --device cpu|cuda|auto (auto: cuda when built with CUDA and a GPU is present, else cpu);
+// --batch-invariant: decodes through kernels whose sums do not depend on the batch
+// (Backend::set_batch_invariant).
 struct DeviceOption {
   std::string device = "auto";
+  bool batch_invariant = false;
   void add_to(CLI::App& app);
 };
 
@@ -68,7 +71,7 @@ struct TensorParallelOption {
   int ranks = 1;
   void add_to(CLI::App& app);
   // One backend per rank on `device`; CPU ranks share the `threads` cores.
-  std::vector<std::unique_ptr<Backend>> make_backends(const std::string& device, int threads) const;
+  std::vector<std::unique_ptr<Backend>> make_backends(const DeviceOption& device, int threads) const;
 };
 
 // Host memory available now (free RAM, without what is already mapped).

@@ -17,11 +17,16 @@ namespace kettle {
 
 enum class LogitsFor { kLastToken, kAllTokens };
 
-// One sequence's part of a batched step: its next tokens (host memory) and its cache.
+// One sequence's part of a batched step: its next tokens (host memory) and its cache,
+// and whether they are prompt tokens or the one token it generated last (decode). A
+// device runs each kind through its own kernels, whose sums do not depend on the batch,
+// so a token gets the same logits alone or batched if its kind is the same; the decode
+// entries of a step come first.
 struct BatchEntry {
   const int32_t* tokens = nullptr;
   int64_t n = 0;
   KvCache* kv = nullptr;
+  bool decode = false;
 };
 
 class ModelRunner {
@@ -35,7 +40,8 @@ class ModelRunner {
 
   // Runs tokens[0, n) (host memory) at positions [kv.length(), kv.length() + n), appends
   // their keys and values to kv, and writes logits (host memory): [1, vocab] for the last
-  // token or [n, vocab] for all.
+  // token or [n, vocab] for all. One token after a non-empty cache runs as a decode
+  // (BatchEntry::decode), anything else as prompt tokens.
   virtual void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) = 0;
 
   // As forward, then the last token's greedy next id computed where the logits live:

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 
+#include "util/error.h"
+
 namespace kettle {
 namespace {
 
@@ -145,17 +147,20 @@ int64_t bucket(int64_t n) {
   while (b < n) b *= 2;
   return b;
 }
+// The single-sequence calls' kind of step: one token after a non-empty cache is a decode.
+bool is_decode(int64_t n, const KvCache& kv) { return n == 1 && kv.length() > 0; }
+
 }  // namespace
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
-  execute({{tokens, n, &kv}}, which == LogitsFor::kAllTokens ? Rows::kAll : Rows::kLast, logits, false);
+  execute({{tokens, n, &kv, is_decode(n, kv)}}, which == LogitsFor::kAllTokens ? Rows::kAll : Rows::kLast, logits, false);
   if (!backend_.host_memory())
     backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * vocab_) * sizeof(float));
 }
 
 int32_t Transformer::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
-  execute({{tokens, n, &kv}}, Rows::kLast, nullptr, true);
+  execute({{tokens, n, &kv, is_decode(n, kv)}}, Rows::kLast, nullptr, true);
   int32_t id = 0;
   backend_.to_host(&id, next_id_.data(), sizeof id);
   return id;
@@ -186,19 +191,22 @@ void Transformer::forward_batch(const std::vector<BatchEntry>& entries, const Sa
 
 void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for, float* host_logits, bool greedy) {
   const bool host = backend_.host_memory();
-  int64_t n = 0, longest = 0;
+  int64_t n = 0, longest = 0, decode_rows = 0;
   bool decode_only = recordable_;
   const bool owns_caches = tp_.pool == nullptr;  // else the runner reserves and advances them
   for (const BatchEntry& e : entries) {
+    if (e.decode && (e.n != 1 || n != decode_rows))
+      fail(ErrorCategory::kInternal, "forward_batch: a decode entry has one token and comes before every prompt entry");
     if (owns_caches) e.kv->reserve(e.kv->length() + e.n);
     n += e.n;
+    if (e.decode) ++decode_rows;
     longest = std::max(longest, e.kv->length() + e.n);
-    decode_only = decode_only && e.n == 1;
+    decode_only = decode_only && e.decode;
   }
   const auto n_entries = static_cast<int64_t>(entries.size());
   const bool record = decode_only && !host;
   const int64_t n_segments = record ? bucket(n_entries) : n_entries;
-  if (record) n = n_segments;
+  if (record) n = decode_rows = n_segments;
   const int64_t rows = rows_for == Rows::kAll ? n : rows_for == Rows::kLast ? 1 : n_segments;
   // The host backend writes logits straight into the caller's buffer unless it needs them itself.
   const bool own_logits = !host || greedy || host_logits == nullptr;
@@ -218,6 +226,7 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   step_.max_kv = stride * bs;
   fill_segments(entries, n_segments);
   step_.n = n;
+  step_.decode_rows = decode_rows;
   step_.rows = rows;
   step_.last_per_segment = rows_for == Rows::kLastPerEntry;
   step_.logits = own_logits ? logits_.data() : host_logits;
@@ -242,6 +251,7 @@ void Transformer::fill_segments(const std::vector<BatchEntry>& entries, int64_t 
   for (int64_t i = 0; i < n_segments; ++i) {
     const BatchEntry* e = i < n_entries ? &entries[static_cast<size_t>(i)] : nullptr;
     const int64_t len = e ? e->kv->length() : 0, count = e ? e->n : 1;
+    const bool decode = e ? e->decode : true;
     for (int64_t t = 0; t < count; ++t) {
       host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(len + t);
       host_ids_[static_cast<size_t>(offset + t)] = e ? e->tokens[t] : 0;
@@ -251,7 +261,7 @@ void Transformer::fill_segments(const std::vector<BatchEntry>& entries, int64_t 
       std::fill(row, row + stride, 0);
       if (e) std::copy(e->kv->table(kind).begin(), e->kv->table(kind).end(), row);
     }
-    step_.segments.push_back({offset, count, i});
+    step_.segments.push_back({offset, count, i, decode});
     offset += count;
   }
 }
@@ -285,6 +295,7 @@ void Transformer::run_step() {
   const ModelSpec& s = model_.spec;
   const ModelWeights& w = weights_;
   const int64_t n = step_.n, h = s.hidden_size;
+  backend_.set_decode_rows(step_.decode_rows);  // the logits rows' too: decodes' last rows come first
   backend_.embed(step_.ids, n, w.embed, s.embed_scale, hidden_.data());
   for (int64_t layer = 0; layer < s.n_layers; ++layer) {
     attention_block(layer);
@@ -355,15 +366,15 @@ void Transformer::attention_block(int64_t layer) {
   QkvLayout layout{s.n_heads,       s.n_kv_heads,    s.head_dim, optional(w.q_norm), optional(w.k_norm),
                    s.rms_norm_eps, s.norm_add_one};
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
-  // Runs of one-token sequences (decodes) share one call, each token through its own
-  // table; a prompt chunk gets a call of its own over its one table.
+  // The decodes share one call, each token through its own table; a prompt chunk gets a
+  // call of its own over its one table (table_stride 0), whatever its length.
   const auto& segs = step_.segments;
   for (size_t i = 0; i < segs.size();) {
     size_t j = i + 1;
-    if (segs[i].n == 1)
-      while (j < segs.size() && segs[j].n == 1) ++j;
+    if (segs[i].decode)
+      while (j < segs.size() && segs[j].decode) ++j;
     const int64_t offset = segs[i].offset, count = segs[j - 1].offset + segs[j - 1].n - offset;
-    const KvPages kv = pages(layer, segs[i].index, segs[i].n == 1 ? step_.table_stride : 0);
+    const KvPages kv = pages(layer, segs[i].index, segs[i].decode ? step_.table_stride : 0);
     const int32_t* positions = step_.positions + offset;
     backend_.qkv_rope_store(qkv_.data() + offset * width, count, width, layout, positions, rope, q_.data() + offset * qs, kv);
     backend_.attention(q_.data() + offset * qs, count, qs, kv, positions, step_.max_kv, params, attn_.data() + offset * qs, qs);

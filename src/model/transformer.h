@@ -47,6 +47,7 @@ class Transformer final : public ModelRunner {
   // of the step's tables.
   struct Segment {
     int64_t offset = 0, n = 0, index = 0;
+    bool decode = false;  // a generated token (BatchEntry::decode); padding rows too
   };
   struct Step {
     const int32_t* ids = nullptr;        // [n] backend memory
@@ -54,6 +55,7 @@ class Transformer final : public ModelRunner {
     const int32_t* tables[KvPool::kKinds] = {};  // [segments, table_stride] backend memory
     int64_t table_stride = 0, max_kv = 0;
     int64_t n = 0, rows = 0;             // tokens, logits rows
+    int64_t decode_rows = 0;             // the leading rows that are decodes (Backend::set_decode_rows)
     std::vector<Segment> segments;       // one per sequence (padding rows included)
     bool last_per_segment = false;       // logits rows: each segment's last token (else the step's last rows)
     float* logits = nullptr;             // [rows, vocab] backend memory

@@ -244,7 +244,7 @@ void EngineWorker::step(std::vector<std::unique_ptr<Sequence>>& active) {
   // Decoding sequences first: consecutive one-token entries share one attention call.
   for (auto& seq : active) {
     if (!seq->finish_reason.empty() || seq->prefilled < static_cast<int64_t>(seq->job.prompt.size())) continue;
-    entries_.push_back({&seq->next, 1, &seq->kv});
+    entries_.push_back({&seq->next, 1, &seq->kv, true});
     stepped_.push_back(seq.get());
   }
   int64_t prefill_budget = prefill_chunk_;

@@ -56,7 +56,7 @@ inline std::vector<std::vector<int32_t>> batched(ModelRunner& t, const std::vect
     for (size_t i = 0; i < count; ++i)  // decodes first
       if (static_cast<int>(i) / 3 <= step && prefilled[i] == static_cast<int64_t>(prompts[i].size()) &&
           static_cast<int>(out[i].size()) < gen) {
-        entries.push_back({&next[i], 1, &caches[i]});
+        entries.push_back({&next[i], 1, &caches[i], true});
         who.push_back(i);
       }
     int64_t budget = chunk;

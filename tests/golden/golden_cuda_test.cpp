@@ -81,6 +81,15 @@ TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoToken) {
   expect_batched_equals_alone(transformer, g.prompt);
 }
 
+// The same with decodes through the batch-invariant kernel (--batch-invariant).
+TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoTokenBatchInvariant) {
+  Golden g = read_golden(case_dir(GetParam()));
+  Model model = load_model(model_dir(GetParam()));
+  backend_->set_batch_invariant(true);
+  Transformer transformer(model, *backend_, KvPool::Options{16, 0});
+  expect_batched_equals_alone(transformer, g.prompt);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCudaTest, ::testing::ValuesIn(case_names()),
                          [](const auto& info) { return case_label(info.param); });
 

@@ -1,7 +1,11 @@
 // CudaBackend: the Backend ops on one CUDA device, all on one stream.
 // Weights are resident in bf16 (norm weights and biases in f32); activations
-// are f32 and the KV cache f16 in device memory. Decode matmuls are hand-written
-// GEMVs (kernels.h); prefill matmuls are cuBLAS bf16 GEMMs with f32 output.
+// are f32 and the KV cache f16 in device memory. Prompt rows' matmuls are
+// cuBLASLt GEMMs of one fixed configuration per shape (prompt_gemm.h), which sum
+// a row the same way whatever the row count. Decode rows' are the GEMV (one
+// row) and cuBLAS's own choice of GEMM (more), the fastest, or under
+// set_batch_invariant a tensor-core kernel whose sums do not depend on the row
+// count either (matmul.cu).
 // run_step records a step as a CUDA graph on its second sighting (the first
 // runs eagerly, so workspaces are sized outside the capture) and replays it.
 #include "backend/cuda/cuda_backend.h"
@@ -19,6 +23,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
+#include "backend/cuda/prompt_gemm.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -35,13 +40,15 @@ void check(cublasStatus_t status, const char* what) {
 }
 
 const cuda::Bf16* bf16_data(const Tensor& w, const char* op) {
-  if (w.dtype != DType::kBF16) fail(ErrorCategory::kInternal, "cuda {}: weight is {}, not a resident bf16 tensor", op, dtype_name(w.dtype));
+  if (w.dtype != DType::kBF16)
+    fail(ErrorCategory::kInternal, "cuda {}: weight is {}, not a resident bf16 tensor", op, dtype_name(w.dtype));
   return static_cast<const cuda::Bf16*>(w.data);
 }
 
 const float* f32_data(const Tensor* w, const char* op) {
   if (w == nullptr || w->empty()) return nullptr;
-  if (w->dtype != DType::kF32) fail(ErrorCategory::kInternal, "cuda {}: vector weight is {}, not a resident f32 tensor", op, dtype_name(w->dtype));
+  if (w->dtype != DType::kF32)
+    fail(ErrorCategory::kInternal, "cuda {}: vector weight is {}, not a resident f32 tensor", op, dtype_name(w->dtype));
   return static_cast<const float*>(w->data);
 }
 
@@ -61,6 +68,7 @@ class CudaBackend final : public Backend {
   CudaBackend() {
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    prompt_gemm_ = std::make_unique<cuda::PromptGemm>(stream_);
     check(cublasCreate(&cublas_), "cublasCreate");
     check(cublasSetStream(cublas_, stream_), "cublasSetStream");
     // A fixed cuBLAS workspace, so GEMMs may be recorded in a graph.
@@ -78,14 +86,18 @@ class CudaBackend final : public Backend {
     timer_.report();
     cudaStreamSynchronize(stream_);
     drop_graphs();
-    for (auto& [bytes, list] : free_) for (void* p : list) cudaFree(p);
+    for (auto& [bytes, list] : free_)
+      for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_, &argmax_arrivals_}) cudaFree(w->data);
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &decode_x_, &decode_partial_, &decode_arrivals_,
+                         &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_, &argmax_arrivals_})
+      cudaFree(w->data);
+    prompt_gemm_.reset();
     cudaFree(cublas_workspace_);
+    cublasDestroy(cublas_);
     cudaFreeHost(pinned_);
     cudaFreeHost(pinned_out_);
-    cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
 
@@ -122,6 +134,8 @@ class CudaBackend final : public Backend {
   }
   size_t kv_value_bytes() const override { return 2; }  // f16 (paging.cuh)
   void keep_activations_exact(bool on) override { exact_activations_ = on; }
+  void set_decode_rows(int64_t rows) override { decode_rows_ = rows; }
+  void set_batch_invariant(bool on) override { batch_invariant_ = on; }
   size_t free_memory() override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -295,8 +309,8 @@ class CudaBackend final : public Backend {
     check_launch("add");
   }
 
-  void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight, float eps,
-                    bool add_one, float* out) override {
+  void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight, float eps, bool add_one,
+                    float* out) override {
     cuda::add_rms_norm(x, y, rows, dim, f32_data(&weight, "add_rms_norm"), eps, add_one, out, stream_);
     check_launch("add_rms_norm");
   }
@@ -327,8 +341,9 @@ class CudaBackend final : public Backend {
                  const AttentionParams& params, float* out, int64_t ldo) override {
     if (params.head_dim > 256) fail(ErrorCategory::kUnsupported, "cuda attention: head_dim {} > 256", params.head_dim);
     check_pages(kv, "attention");
-    // The tiled kernel shares K/V tiles between the queries of one sequence (one table).
-    if (n > kPrefillQueries && cuda::attention_prefill_supported(params, kv)) {
+    // A prompt chunk (one shared table) goes to the tiled kernel whatever its length,
+    // decodes (a table each) to the split-K one: a query's sums depend on its kind only.
+    if (cuda::attention_prefill_supported(params, kv)) {
       cuda::attention_prefill(q, n, ldq, kv, positions, params, out, ldo, stream_);
       check_launch("attention_prefill");
       return;
@@ -337,8 +352,10 @@ class CudaBackend final : public Backend {
     auto* partial = static_cast<float*>(grow(attention_ws_, partial_bytes));
     // Arrival counters live apart from the partials: zero when made, left zero by every call.
     const size_t before = attention_arrivals_.bytes;
-    auto* arrivals = static_cast<unsigned*>(grow(attention_arrivals_, static_cast<size_t>(n * params.n_heads) * sizeof(unsigned)));
-    if (attention_arrivals_.bytes != before) check(cudaMemsetAsync(arrivals, 0, attention_arrivals_.bytes, stream_), "cudaMemsetAsync");
+    auto* arrivals =
+        static_cast<unsigned*>(grow(attention_arrivals_, static_cast<size_t>(n * params.n_heads) * sizeof(unsigned)));
+    if (attention_arrivals_.bytes != before)
+      check(cudaMemsetAsync(arrivals, 0, attention_arrivals_.bytes, stream_), "cudaMemsetAsync");
     cuda::attention(q, n, ldq, kv, positions, max_kv, params, out, ldo, partial, arrivals, stream_);
     check_launch("attention");
   }
@@ -349,8 +366,8 @@ class CudaBackend final : public Backend {
   }
 
   void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override {
-    cuda::argmax_rows(logits, rows, vocab, ids, argmax_arrivals(rows), grow(argmax_ws_, cuda::argmax_partial_bytes(rows)),
-                      stream_);
+    cuda::argmax_rows(logits, rows, vocab, ids, argmax_arrivals(rows),
+                      grow(argmax_ws_, cuda::argmax_partial_bytes(rows)), stream_);
     check_launch("argmax");
   }
 
@@ -366,7 +383,8 @@ class CudaBackend final : public Backend {
   unsigned* argmax_arrivals(int64_t rows) {
     const size_t before = argmax_arrivals_.bytes;
     auto* arrivals = static_cast<unsigned*>(grow(argmax_arrivals_, static_cast<size_t>(rows) * sizeof(unsigned)));
-    if (argmax_arrivals_.bytes != before) check(cudaMemsetAsync(arrivals, 0, argmax_arrivals_.bytes, stream_), "cudaMemsetAsync");
+    if (argmax_arrivals_.bytes != before)
+      check(cudaMemsetAsync(arrivals, 0, argmax_arrivals_.bytes, stream_), "cudaMemsetAsync");
     return arrivals;
   }
 
@@ -395,11 +413,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static constexpr size_t kCublasWorkspace = size_t{32} << 20;
   static constexpr size_t kMaxGraphs = 128;  // decode steps: batch buckets × table-width buckets
   static constexpr size_t kReturnedBytes = size_t{256} << 20;
   static constexpr size_t kPinnedBytes = size_t{4} << 20;
-  static constexpr int64_t kPrefillQueries = 4;  // more queries than this: the tiled prefill kernel
+  static constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  static constexpr int64_t kDecodeF32Rows = 16;  // up to this many decode rows read f32 x directly
 
   // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
   // and reused for other weights at the same address must not find the old copy.
@@ -470,7 +488,7 @@ class CudaBackend final : public Backend {
     graphs_.clear();
   }
 
-  // x normalised per row into a workspace, for the GEMVs and the GEMMs alike.
+  // x normalised per row into a workspace (f32, dense).
   const float* normalized(const float* x, int64_t n, int64_t k, const InputNorm& norm) {
     auto* out = static_cast<float*>(grow(normed_ws_, static_cast<size_t>(n * k) * sizeof(float)));
     cuda::rms_norm(x, n, k, k, f32_data(norm.weight, "norm"), norm.eps, norm.add_one, out, k, stream_);
@@ -478,68 +496,86 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ).
+  // The matmuls' leading rows that run as decode rows: set_decode_rows's, where the
+  // decode kernel takes the shape (else every row takes the prompt path, whatever n).
+  int64_t decode_rows(int64_t n, int64_t k, int count) const {
+    const bool fits = cuda::decode_matmul_supported(k) && count <= cuda::kMaxDecodeTargets;
+    return fits ? std::min(n, decode_rows_) : 0;
+  }
+
+  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); decode rows first, then
+  // the prompt rows.
   void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
                bool accumulate) {
-    const int64_t k = targets[0].w->dim(1);
-    const bool use_gemv = n == 1 && cuda::gemv_supported(k) && count <= cuda::kMaxGemvTargets;
-    if (!use_gemv && !exact_activations_) {
-      // cuBLAS on x rounded to bf16, the same rounding the GEMV applies; a norm writes
-      // its bf16 rows directly.
-      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
-      if (norm != nullptr) {
-        cuda::rms_norm_bf16(x, n, k, ldx, f32_data(norm->weight, "norm"), norm->eps, norm->add_one, xb, stream_);
-        check_launch("rms_norm_bf16");
-      } else {
-        cuda::to_bf16(x, n, k, ldx, xb, stream_);
-        check_launch("to_bf16");
-      }
+    const int64_t k = targets[0].w->dim(1), d = decode_rows(n, k, count);
+    if (d > 0 && !batch_invariant_) {
+      fast_project(x, d, ldx, norm, targets, count, accumulate);
+    } else if (d > 0) {
+      cuda::DecodeTarget decode[cuda::kMaxDecodeTargets];
+      int rows = 0;
       for (int i = 0; i < count; ++i) {
-        gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate);
-        if (const float* b = f32_data(targets[i].bias, "matmul")) {
-          cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
-          check_launch("add_bias");
-        }
+        decode[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
+                     static_cast<int>(targets[i].w->dim(0)), static_cast<int>(targets[i].ldo)};
+        rows += decode[i].rows;
       }
-      return;
+      const cuda::DecodeInput in = decode_input(x, d, ldx, k, norm);
+      cuda::decode_matmul(decode, count, in, accumulate,
+                          decode_scratch(cuda::decode_matmul_workspace(in.n, in.k, rows)), stream_);
+      check_launch("decode_matmul");
     }
-    // The norm runs as its own small kernel: normalising inside the GEMV (each warp
-    // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
-    if (norm != nullptr) {
-      x = normalized(x, n, k, *norm);
-      ldx = k;
-      norm = nullptr;
-    }
-    if (use_gemv) {
-      cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
-      for (int i = 0; i < count; ++i)
-        gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
-                   static_cast<int>(targets[i].w->dim(0))};
-      cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, !exact_activations_, stream_);
-      check_launch("gemv");
-      return;
-    }
-    // x as two bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)): f32-accurate
-    // activations for a GEMM that streams the weights once either way.
-    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
-    cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
-    check_launch("to_bf16_split");
-    for (int i = 0; i < count; ++i) {
-      const int64_t m = targets[i].w->dim(0);
-      auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
-      gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false);
-      cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
-                       stream_);
-      check_launch("sum_halves");
-    }
+    if (d == 0) return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kFixed);
+    if (d == n) return;
+    MatmulTarget rest[cuda::kMaxDecodeTargets];
+    for (int i = 0; i < count; ++i)
+      rest[i] = {targets[i].w, targets[i].bias, targets[i].out + d * targets[i].ldo, targets[i].ldo};
+    gemm_project(x + d * ldx, n - d, ldx, norm, rest, count, accumulate, Gemm::kFixed);
   }
 
   void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
              const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
+    const int64_t k = gate.w->dim(1), inter = gate.w->dim(0), d = decode_rows(n, k, 2);
+    if (d > 0 && !batch_invariant_) {
+      fast_gated(x, d, ldx, norm, gate, up, act, out, ldo);
+    } else if (d > 0) {
+      const cuda::DecodeTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
+                                 static_cast<int>(inter), 0};
+      const cuda::DecodeTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
+                                 static_cast<int>(up.w->dim(0)), 0};
+      const cuda::DecodeInput in = decode_input(x, d, ldx, k, norm);
+      cuda::decode_matmul_gated(g, u, act, in, out, static_cast<int>(ldo),
+                                decode_scratch(cuda::decode_matmul_gated_workspace(in.n, in.k, g.rows)), stream_);
+      check_launch("decode_matmul_gated");
+    }
+    if (d == n) return;
+    const MatmulTarget both[] = {{gate.w, gate.bias, gate.out + d * gate.ldo, gate.ldo},
+                                 {up.w, up.bias, up.out + d * up.ldo, up.ldo}};
+    gemm_project(x + d * ldx, n - d, ldx, norm, both, 2, false, Gemm::kFixed);
+    gated_activation(both[0].out, both[1].out, n - d, inter, gate.ldo, act, out + d * ldo, ldo);
+  }
+
+  // Decode rows the fastest way: the GEMV for one row, cuBLAS's GEMM of its choice for more.
+  void fast_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets,
+                    int count, bool accumulate) {
+    const int64_t k = targets[0].w->dim(1);
+    if (n != 1 || !cuda::gemv_supported(k) || count > cuda::kMaxGemvTargets)
+      return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kHeuristic);
+    // The norm runs as its own small kernel: normalising inside the GEMV (each warp
+    // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
+    if (norm != nullptr) x = normalized(x, n, k, *norm);
+    cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
+    for (int i = 0; i < count; ++i)
+      gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
+                 static_cast<int>(targets[i].w->dim(0))};
+    cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, !exact_activations_, stream_);
+    check_launch("gemv");
+  }
+
+  void fast_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
+                  const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
     const int64_t k = gate.w->dim(1);
     if (n != 1 || !cuda::gemv_supported(k)) {
       const MatmulTarget both[] = {gate, up};
-      project(x, n, ldx, norm, both, 2, false);
+      gemm_project(x, n, ldx, norm, both, 2, false, Gemm::kHeuristic);
       gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
       return;
     }
@@ -552,17 +588,120 @@ class CudaBackend final : public Backend {
     check_launch("gemv_gated");
   }
 
-  // out[n, m] (row stride ldo) (+)= xb[n, k] · wᵀ: cuBLAS sees the row-major product as
+  // The decode kernel's x: bf16 rows as the norm writes them; f32 rows read as they are
+  // (rounded in the kernel) for a few rows, converted to bf16 once for many; f32 rows
+  // under the exact rule (split in the kernel). Every form rounds the same way.
+  cuda::DecodeInput decode_input(const float* x, int64_t n, int64_t ldx, int64_t k, const InputNorm* norm) {
+    cuda::DecodeInput in;
+    in.n = static_cast<int>(n);
+    in.k = static_cast<int>(k);
+    const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+    if (exact_activations_) {
+      in.f32 = in.exact = true;
+      if (norm != nullptr) {
+        x = normalized(x, n, k, *norm);
+        ldx = k;
+      } else if (!aligned) {
+        auto* dense = static_cast<float*>(grow(normed_ws_, static_cast<size_t>(n * k) * sizeof(float)));
+        check(cudaMemcpy2DAsync(dense, k * 4, x, ldx * 4, k * 4, n, cudaMemcpyDeviceToDevice, stream_),
+              "cudaMemcpy2DAsync");
+        x = dense;
+        ldx = k;
+      }
+      in.data = x;
+      in.ld = ldx;
+      return in;
+    }
+    if (norm == nullptr && n <= kDecodeF32Rows && aligned) {
+      in.f32 = true;
+      in.data = x;
+      in.ld = ldx;
+      return in;
+    }
+    auto* xb = static_cast<cuda::Bf16*>(grow(decode_x_, static_cast<size_t>(n * k) * 2));
+    if (norm != nullptr) {
+      cuda::rms_norm_bf16(x, n, k, ldx, f32_data(norm->weight, "norm"), norm->eps, norm->add_one, xb, stream_);
+      check_launch("rms_norm_bf16");
+    } else {
+      cuda::to_bf16(x, n, k, ldx, xb, stream_);
+      check_launch("to_bf16");
+    }
+    in.data = xb;
+    in.ld = k;
+    return in;
+  }
+
+  cuda::DecodeScratch decode_scratch(const cuda::DecodeWorkspace& need) {
+    cuda::DecodeScratch s;
+    s.partial =
+        static_cast<float*>(grow(decode_partial_, static_cast<size_t>(std::max<int64_t>(need.partial_floats, 1)) * 4));
+    // Arrival counters live apart from the partials: zero when made, left zero by every call.
+    const size_t before = decode_arrivals_.bytes;
+    s.arrivals = static_cast<unsigned*>(grow(decode_arrivals_, static_cast<size_t>(need.arrivals) * sizeof(unsigned)));
+    if (decode_arrivals_.bytes != before)
+      check(cudaMemsetAsync(s.arrivals, 0, decode_arrivals_.bytes, stream_), "cudaMemsetAsync");
+    return s;
+  }
+
+  // Which GEMM: the fixed configuration per shape (prompt rows; PromptGemm), or cuBLAS's
+  // choice for the row count (fast decode rows).
+  enum class Gemm { kFixed, kHeuristic };
+
+  // GEMMs on bf16 x (a norm writes its bf16 rows directly), or under the exact rule on x
+  // as two bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)), f32-accurate activations
+  // for a GEMM that streams the weights once either way.
+  void gemm_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets,
+                    int count, bool accumulate, Gemm gemm) {
+    const int64_t k = targets[0].w->dim(1);
+    if (!exact_activations_) {
+      auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
+      if (norm != nullptr) {
+        cuda::rms_norm_bf16(x, n, k, ldx, f32_data(norm->weight, "norm"), norm->eps, norm->add_one, xb, stream_);
+        check_launch("rms_norm_bf16");
+      } else {
+        cuda::to_bf16(x, n, k, ldx, xb, stream_);
+        check_launch("to_bf16");
+      }
+      for (int i = 0; i < count; ++i) {
+        gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate, gemm);
+        if (const float* b = f32_data(targets[i].bias, "matmul")) {
+          cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
+          check_launch("add_bias");
+        }
+      }
+      return;
+    }
+    if (norm != nullptr) {
+      x = normalized(x, n, k, *norm);
+      ldx = k;
+    }
+    auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(2 * n * k) * 2));
+    cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
+    check_launch("to_bf16_split");
+    for (int i = 0; i < count; ++i) {
+      const int64_t m = targets[i].w->dim(0);
+      auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
+      gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false, gemm);
+      cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
+                       stream_);
+      check_launch("sum_halves");
+    }
+  }
+
+  // out[n, m] (row stride ldo) (+)= xb[n, k] · wᵀ; cuBLAS sees the row-major product as
   // the column-major outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
-  void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo,
-                bool accumulate) {
+  void gemm_raw(const cuda::Bf16* xb, int64_t n, int64_t k, const Tensor& w, float* out, int64_t ldo, bool accumulate,
+                Gemm gemm) {
     const int64_t m = w.dim(0);
     const float one = 1.0f, zero = 0.0f;
-    check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
-                       static_cast<int>(k), &one, bf16_data(w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
-                       CUDA_R_16BF, static_cast<int>(k), accumulate ? &one : &zero, out, CUDA_R_32F, static_cast<int>(ldo),
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
+    if (gemm == Gemm::kFixed)
+      prompt_gemm_->run(xb, n, k, bf16_data(w, "matmul"), m, out, ldo, accumulate);
+    else
+      check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+                         static_cast<int>(k), &one, bf16_data(w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
+                         CUDA_R_16BF, static_cast<int>(k), accumulate ? &one : &zero, out, CUDA_R_32F,
+                         static_cast<int>(ldo), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx");
     if (timer_.enabled()) timer_.mark("gemm " + std::to_string(n) + "x" + std::to_string(m) + "x" + std::to_string(k));
   }
 
@@ -574,8 +713,8 @@ class CudaBackend final : public Backend {
 
   static void check_pages(const KvPages& kv, const char* op) {
     if (kv.block_size <= 0 || kv.tables == nullptr || kv.table_stride < 0)
-      fail(ErrorCategory::kInternal, "cuda {}: KvPages needs block_size > 0 (got {}), a block table and table_stride >= 0",
-           op, kv.block_size);
+      fail(ErrorCategory::kInternal,
+           "cuda {}: KvPages needs block_size > 0 (got {}), a block table and table_stride >= 0", op, kv.block_size);
   }
 
   // Device table [gate pointers | up pointers | down pointers] for one layer's experts.
@@ -601,7 +740,8 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<cuda::PromptGemm> prompt_gemm_;
+  cublasHandle_t cublas_ = nullptr;  // the fast decode GEMMs
   void* cublas_workspace_ = nullptr;
   std::string device_name_;
   std::map<size_t, std::deque<void*>> free_;
@@ -609,12 +749,15 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
   bool capturing_ = false;
-  bool exact_activations_ = false;  // keep_activations_exact: GEMV x exact, GEMM x as hi + lo
-  char* pinned_ = nullptr;      // staging for uploads, reused once the stream is idle
+  bool exact_activations_ = false;  // keep_activations_exact: x as hi + lo bf16 halves
+  int64_t decode_rows_ = 0;         // set_decode_rows
+  bool batch_invariant_ = false;    // set_batch_invariant
+  char* pinned_ = nullptr;          // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
   cuda::OpTimer timer_;
-  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
+  Workspace gemm_x_, gemm_out_, normed_ws_, decode_x_, decode_partial_, decode_arrivals_, attention_ws_,
+      attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
 };
 
 }  // namespace

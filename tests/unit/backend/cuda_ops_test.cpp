@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -104,146 +105,258 @@ class CudaOpsTest : public ::testing::Test {
     return host;
   }
 
+  // Which matmul path the GPU's rows take: prompt rows, decode rows the fast way, or
+  // decode rows through the batch-invariant kernel.
+  enum class Rows { kPrompt, kDecode, kInvariantDecode };
+  static constexpr Rows kAllRows[] = {Rows::kPrompt, Rows::kDecode, Rows::kInvariantDecode};
+  void as_rows(Rows rows, int64_t n) {
+    gpu_->set_batch_invariant(rows == Rows::kInvariantDecode);
+    gpu_->set_decode_rows(rows == Rows::kPrompt ? 0 : n);
+  }
+  static std::string name(Rows rows) {
+    return rows == Rows::kPrompt ? "prompt rows" : rows == Rows::kDecode ? "decode rows" : "invariant decode rows";
+  }
+
   std::mt19937_64 rng_{std::random_device{}()};
   std::unique_ptr<Backend> gpu_, cpu_;
 };
 
-TEST_F(CudaOpsTest, MatmulGemvAndGemmWithBias) {
-  for (int64_t n : {1, 2, 7}) {
-    for (int64_t k : {64, 200, 70}) {  // 70: not a multiple of 8 (the GEMV's scalar path / cuBLAS)
-      const int64_t m = 96, ldx = k + 3, ldo = m + 5;
-      Bf16Weight w({m, k}, rng_);
-      auto bias = random_vec(static_cast<size_t>(m), rng_);
-      Tensor bias_t{bias.data(), DType::kF32, {m}};
-      auto x = random_vec(static_cast<size_t>(n * ldx), rng_);
-      std::vector<float> ref(static_cast<size_t>(n * ldo), 0.0f);
-      cpu_->matmul(x.data(), n, ldx, w.tensor, &bias_t, ref.data(), ldo);
-      auto dx = up(x);
-      auto dout = up(ref);  // the stride gaps keep the CPU's values; rows are poisoned below
-      for (int64_t t = 0; t < n; ++t) {
-        std::vector<float> nan(static_cast<size_t>(m), NAN);
-        gpu_->to_device(dout.data() + t * ldo, nan.data(), nan.size() * sizeof(float));
+// Decode rows (the tensor-core kernel) and prompt rows (cuBLASLt) alike.
+TEST_F(CudaOpsTest, MatmulDecodeAndPromptRowsWithBias) {
+  for (int64_t n : {1, 2, 7, 20}) {
+    for (int64_t k : {64, 200, 70}) {  // 70: not a multiple of 8 (the prompt path for every row)
+      for (Rows rows : kAllRows) {
+        as_rows(rows, n);
+        const int64_t m = 96, ldx = k + 3, ldo = m + 5;
+        Bf16Weight w({m, k}, rng_);
+        auto bias = random_vec(static_cast<size_t>(m), rng_);
+        Tensor bias_t{bias.data(), DType::kF32, {m}};
+        auto x = random_vec(static_cast<size_t>(n * ldx), rng_);
+        std::vector<float> ref(static_cast<size_t>(n * ldo), 0.0f);
+        cpu_->matmul(x.data(), n, ldx, w.tensor, &bias_t, ref.data(), ldo);
+        auto dx = up(x);
+        auto dout = up(ref);  // the stride gaps keep the CPU's values; rows are poisoned below
+        for (int64_t t = 0; t < n; ++t) {
+          std::vector<float> nan(static_cast<size_t>(m), NAN);
+          gpu_->to_device(dout.data() + t * ldo, nan.data(), nan.size() * sizeof(float));
+        }
+        Tensor gw = gpu_->resident(w.tensor), gb = gpu_->resident(bias_t);
+        gpu_->matmul(dx.data(), n, ldx, gw, &gb, dout.data(), ldo);
+        EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n << " k " << k << " " << name(rows);
       }
-      Tensor gw = gpu_->resident(w.tensor), gb = gpu_->resident(bias_t);
-      gpu_->matmul(dx.data(), n, ldx, gw, &gb, dout.data(), ldo);
-      EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n << " k " << k;
     }
   }
+  as_rows(Rows::kPrompt, 0);
 }
 
-// One rounding rule for every matmul: a row's product alone (the GEMV) and the same row
-// inside a batch (cuBLAS) take the same bf16-rounded x, so they differ only by the order
-// of f32 sums, far below the bf16 rounding of x itself (~4e-3).
-TEST_F(CudaOpsTest, MatmulRowAloneMatchesTheRowInABatch) {
-  for (int64_t k : {4096, 200, 70}) {
-    const int64_t n = 9, m = 4096 / (k / 64 + 1);
-    Bf16Weight w({m, k}, rng_);
-    auto x = random_vec(static_cast<size_t>(n * k), rng_, 3.0f);
-    Tensor gw = gpu_->resident(w.tensor);
-    auto dx = up(x);
-    auto batched = poisoned(static_cast<size_t>(n * m));
-    gpu_->matmul(dx.data(), n, k, gw, nullptr, batched.data(), m);
-    const std::vector<float> all = down(batched);
-    for (int64_t t = 0; t < n; ++t) {
-      auto alone = poisoned(static_cast<size_t>(m));
-      gpu_->matmul(dx.data() + t * k, 1, k, gw, nullptr, alone.data(), m);
-      const std::vector<float> row(all.begin() + t * m, all.begin() + (t + 1) * m);
-      EXPECT_LE(rel_err(down(alone), row), 1e-5) << "k " << k << " row " << t;
+// Rows whose floats differ in any bit from `expected`'s (NaN included).
+int64_t rows_differing(const std::vector<float>& got, const std::vector<std::vector<float>>& expected, int64_t width,
+                       int64_t ld) {
+  int64_t differing = 0;
+  for (size_t t = 0; t < expected.size(); ++t)
+    differing += std::memcmp(got.data() + static_cast<int64_t>(t) * ld, expected[t].data(),
+                             static_cast<size_t>(width) * sizeof(float)) != 0;
+  return differing;
+}
+
+// Batch invariance (Backend::set_decode_rows, set_batch_invariant): a decode row's product
+// and a prompt row's are the same bits alone, in a batch of any size, and beside rows of
+// the other kind.
+// Both activation rules; k with several slots and groups (4096), one slot (512), a tail
+// (2056), and not a multiple of 8 (70: every row takes the prompt path). Each row alone is
+// also checked against the CPU.
+TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
+  gpu_->set_batch_invariant(true);
+  struct Shape {
+    int64_t m, k;
+  };
+  for (bool exact : {false, true}) {
+    gpu_->keep_activations_exact(exact);
+    for (Shape s : {Shape{300, 4096}, Shape{100, 512}, Shape{64, 2056}, Shape{40, 70}}) {
+      const int64_t n = 70;
+      Bf16Weight w({s.m, s.k}, rng_);
+      Tensor gw = gpu_->resident(w.tensor);
+      auto x = random_vec(static_cast<size_t>(n * s.k), rng_, 3.0f);
+      std::vector<float> ref(static_cast<size_t>(n * s.m));
+      cpu_->matmul(x.data(), n, s.k, w.tensor, nullptr, ref.data(), s.m);
+      auto dx = up(x);
+      const auto run = [&](int64_t first, int64_t rows, int64_t decode_rows) {
+        auto out = poisoned(static_cast<size_t>(rows * s.m));
+        gpu_->set_decode_rows(decode_rows);
+        gpu_->matmul(dx.data() + first * s.k, rows, s.k, gw, nullptr, out.data(), s.m);
+        return down(out);
+      };
+      std::vector<std::vector<float>> decode_alone, prompt_alone;
+      std::vector<float> decode_all, prompt_all;
+      for (int64_t t = 0; t < n; ++t) {
+        decode_alone.push_back(run(t, 1, 1));
+        prompt_alone.push_back(run(t, 1, 0));
+        decode_all.insert(decode_all.end(), decode_alone.back().begin(), decode_alone.back().end());
+        prompt_all.insert(prompt_all.end(), prompt_alone.back().begin(), prompt_alone.back().end());
+      }
+      const std::string what =
+          "m " + std::to_string(s.m) + " k " + std::to_string(s.k) + " exact " + std::to_string(exact);
+      const double tol = exact ? 1e-4 : 1e-2;
+      EXPECT_LE(rel_err(decode_all, ref), tol) << what;
+      EXPECT_LE(rel_err(prompt_all, ref), tol) << what;
+      for (int64_t rows : {2, 8, 16, 17, 40, 64, 70}) {
+        for (int64_t d : {rows, int64_t{0}, rows / 2}) {
+          std::vector<std::vector<float>> expected;
+          for (int64_t t = 0; t < rows; ++t) expected.push_back(t < d ? decode_alone[t] : prompt_alone[t]);
+          EXPECT_EQ(rows_differing(run(0, rows, d), expected, s.m, s.m), 0)
+              << what << ": rows " << rows << ", " << d << " of them decodes";
+        }
+      }
     }
   }
+  gpu_->keep_activations_exact(false);
+  as_rows(Rows::kPrompt, 0);
+}
+
+// The same for the packed (q/k/v) and gated (gate/up) invariant decode launches.
+TEST_F(CudaOpsTest, PackedAndGatedDecodeRowsAreTheSameBitsInAnyBatch) {
+  gpu_->set_batch_invariant(true);
+  const int64_t k = 2048, n = 40, inter = 200, width = 2 * inter, ldo = 48 + 16 + 16;
+  Bf16Weight q({48, k}, rng_), kk({16, k}, rng_), v({16, k}, rng_), g({inter, k}, rng_), u({inter, k}, rng_);
+  Tensor gq = gpu_->resident(q.tensor), gk = gpu_->resident(kk.tensor), gv = gpu_->resident(v.tensor);
+  Tensor gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
+  auto x = random_vec(static_cast<size_t>(n * k), rng_, 0.3f);
+  auto dx = up(x);
+  const auto packed = [&](int64_t first, int64_t rows) {
+    auto out = poisoned(static_cast<size_t>(rows * ldo));
+    const MatmulTarget targets[] = {
+        {&gq, nullptr, out.data(), ldo}, {&gk, nullptr, out.data() + 48, ldo}, {&gv, nullptr, out.data() + 64, ldo}};
+    gpu_->set_decode_rows(rows);
+    gpu_->matmul_many(dx.data() + first * k, rows, k, targets, 3);
+    return down(out);
+  };
+  const auto gated = [&](int64_t first, int64_t rows) {
+    auto out = poisoned(static_cast<size_t>(rows * width));
+    gpu_->set_decode_rows(rows);
+    gpu_->matmul_gated(dx.data() + first * k, rows, k, {&gg, nullptr, out.data(), width},
+                       {&gu, nullptr, out.data() + inter, width}, Activation::kSilu, out.data(), width);
+    return down(out);
+  };
+  std::vector<std::vector<float>> packed_alone, gated_alone;
+  for (int64_t t = 0; t < n; ++t) {
+    packed_alone.push_back(packed(t, 1));
+    gated_alone.push_back(gated(t, 1));
+  }
+  for (int64_t rows : {3, 16, 17, 40}) {
+    const std::vector<std::vector<float>> p(packed_alone.begin(), packed_alone.begin() + rows);
+    const std::vector<std::vector<float>> gt(gated_alone.begin(), gated_alone.begin() + rows);
+    EXPECT_EQ(rows_differing(packed(0, rows), p, ldo, ldo), 0) << "packed, rows " << rows;
+    EXPECT_EQ(rows_differing(gated(0, rows), gt, inter, width), 0) << "gated, rows " << rows;
+  }
+  as_rows(Rows::kPrompt, 0);
 }
 
 TEST_F(CudaOpsTest, MatmulManyPacksTargets) {
-  for (int64_t n : {1, 4}) {
-    const int64_t k = 128, ldo = 48 + 16 + 16;
-    Bf16Weight q({48, k}, rng_), kk({16, k}, rng_), v({16, k}, rng_);
-    auto x = random_vec(static_cast<size_t>(n * k), rng_);
-    std::vector<float> ref(static_cast<size_t>(n * ldo), NAN);
-    const MatmulTarget cpu_targets[] = {{&q.tensor, nullptr, ref.data(), ldo},
-                                        {&kk.tensor, nullptr, ref.data() + 48, ldo},
-                                        {&v.tensor, nullptr, ref.data() + 64, ldo}};
-    cpu_->matmul_many(x.data(), n, k, cpu_targets, 3);
-    auto dx = up(x);
-    auto dout = poisoned(ref.size());
-    Tensor gq = gpu_->resident(q.tensor), gk = gpu_->resident(kk.tensor), gv = gpu_->resident(v.tensor);
-    const MatmulTarget gpu_targets[] = {
-        {&gq, nullptr, dout.data(), ldo}, {&gk, nullptr, dout.data() + 48, ldo}, {&gv, nullptr, dout.data() + 64, ldo}};
-    gpu_->matmul_many(dx.data(), n, k, gpu_targets, 3);
-    EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n;
+  for (int64_t n : {1, 4, 30}) {
+    for (Rows rows : kAllRows) {
+      as_rows(rows, n);
+      const int64_t k = 128, ldo = 48 + 16 + 16;
+      Bf16Weight q({48, k}, rng_), kk({16, k}, rng_), v({16, k}, rng_);
+      auto x = random_vec(static_cast<size_t>(n * k), rng_);
+      std::vector<float> ref(static_cast<size_t>(n * ldo), NAN);
+      const MatmulTarget cpu_targets[] = {{&q.tensor, nullptr, ref.data(), ldo},
+                                          {&kk.tensor, nullptr, ref.data() + 48, ldo},
+                                          {&v.tensor, nullptr, ref.data() + 64, ldo}};
+      cpu_->matmul_many(x.data(), n, k, cpu_targets, 3);
+      auto dx = up(x);
+      auto dout = poisoned(ref.size());
+      Tensor gq = gpu_->resident(q.tensor), gk = gpu_->resident(kk.tensor), gv = gpu_->resident(v.tensor);
+      const MatmulTarget gpu_targets[] = {{&gq, nullptr, dout.data(), ldo},
+                                          {&gk, nullptr, dout.data() + 48, ldo},
+                                          {&gv, nullptr, dout.data() + 64, ldo}};
+      gpu_->matmul_many(dx.data(), n, k, gpu_targets, 3);
+      EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n << " " << name(rows);
+    }
   }
+  as_rows(Rows::kPrompt, 0);
 }
 
 TEST_F(CudaOpsTest, MatmulGatedBothActivations) {
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
-    for (int64_t n : {1, 3}) {
-      const int64_t k = 256, inter = 100, width = 2 * inter;
-      Bf16Weight g({inter, k}, rng_), u({inter, k}, rng_);
-      auto x = random_vec(static_cast<size_t>(n * k), rng_, 0.2f);
-      std::vector<float> scratch(static_cast<size_t>(n * width), NAN);
-      cpu_->matmul_gated(x.data(), n, k, {&g.tensor, nullptr, scratch.data(), width},
-                         {&u.tensor, nullptr, scratch.data() + inter, width}, act, scratch.data(), width);
-      std::vector<float> ref;
-      for (int64_t t = 0; t < n; ++t)
-        ref.insert(ref.end(), scratch.begin() + t * width, scratch.begin() + t * width + inter);
-      auto dx = up(x);
-      auto dmlp = poisoned(static_cast<size_t>(n * width));
-      Tensor gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
-      gpu_->matmul_gated(dx.data(), n, k, {&gg, nullptr, dmlp.data(), width},
-                         {&gu, nullptr, dmlp.data() + inter, width}, act, dmlp.data(), width);
-      auto all = down(dmlp);
-      std::vector<float> out;
-      for (int64_t t = 0; t < n; ++t) out.insert(out.end(), all.begin() + t * width, all.begin() + t * width + inter);
-      EXPECT_LE(rel_err(out, ref), 1e-2) << "n " << n;
-    }
-  }
-}
-
-// Both activation rules: x rounded to bf16 (the default), and exact (MoE models: the
-// GEMV reads f32 x, the GEMMs take x as bf16 hi + lo).
-TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
-  for (bool exact : {false, true}) {
-    gpu_->keep_activations_exact(exact);
-    for (int64_t n : {1, 3, 80}) {  // GEMV, small GEMM, larger GEMM
-      for (bool add_one : {false, true}) {
-        const int64_t k = 512, m = 96, inter = 64, width = 2 * inter;
-        Bf16Weight w({m, k}, rng_), g({inter, k}, rng_), u({inter, k}, rng_), nw({k}, rng_), dn({k, inter}, rng_);
-        auto x = random_vec(static_cast<size_t>(n * k), rng_, 3.0f);
-        const InputNorm cpu_norm{&nw.tensor, 1e-5f, add_one};
-        std::vector<float> ref(static_cast<size_t>(n * m), NAN), mlp(static_cast<size_t>(n * width), NAN);
-        const MatmulTarget cpu_target{&w.tensor, nullptr, ref.data(), m};
-        cpu_->norm_matmul_many(x.data(), n, cpu_norm, &cpu_target, 1);
-        cpu_->norm_matmul_gated(x.data(), n, cpu_norm, {&g.tensor, nullptr, mlp.data(), width},
-                                {&u.tensor, nullptr, mlp.data() + inter, width}, Activation::kSilu, mlp.data(), width);
-        auto residual = random_vec(static_cast<size_t>(n * k), rng_);
-        auto cpu_residual = residual;
-        cpu_->matmul_add(mlp.data(), n, width, dn.tensor, nullptr, cpu_residual.data(), k);
-
-        Tensor gw = gpu_->resident(w.tensor), gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
-        Tensor gn = gpu_->resident(nw.tensor), gd = gpu_->resident(dn.tensor);
-        const InputNorm gpu_norm{&gn, 1e-5f, add_one};
-        auto dx = up(x);
-        auto dout = poisoned(ref.size());
-        auto dmlp = poisoned(mlp.size());
-        const MatmulTarget gpu_target{&gw, nullptr, dout.data(), m};
-        gpu_->norm_matmul_many(dx.data(), n, gpu_norm, &gpu_target, 1);
-        gpu_->norm_matmul_gated(dx.data(), n, gpu_norm, {&gg, nullptr, dmlp.data(), width},
-                                {&gu, nullptr, dmlp.data() + inter, width}, Activation::kSilu, dmlp.data(), width);
-        auto dres = up(residual);
-        gpu_->matmul_add(dmlp.data(), n, width, gd, nullptr, dres.data(), k);
-        const double tol = exact ? 1e-4 : 1e-2;
-        EXPECT_LE(rel_err(down(dout), ref), tol) << "n " << n << " add_one " << add_one << " exact " << exact;
-        auto gpu_mlp = down(dmlp);
-        std::vector<float> a, b;
+    for (int64_t n : {1, 3, 25}) {
+      for (Rows rows : kAllRows) {
+        as_rows(rows, n);
+        const int64_t k = 256, inter = 100, width = 2 * inter;
+        Bf16Weight g({inter, k}, rng_), u({inter, k}, rng_);
+        auto x = random_vec(static_cast<size_t>(n * k), rng_, 0.2f);
+        std::vector<float> scratch(static_cast<size_t>(n * width), NAN);
+        cpu_->matmul_gated(x.data(), n, k, {&g.tensor, nullptr, scratch.data(), width},
+                           {&u.tensor, nullptr, scratch.data() + inter, width}, act, scratch.data(), width);
+        std::vector<float> ref;
         for (int64_t t = 0; t < n; ++t)
-          for (int64_t i = 0; i < inter; ++i) {
-            a.push_back(gpu_mlp[static_cast<size_t>(t * width + i)]);
-            b.push_back(mlp[static_cast<size_t>(t * width + i)]);
-          }
-        EXPECT_LE(rel_err(a, b), tol) << "gated, n " << n;
-        EXPECT_LE(rel_err(down(dres), cpu_residual), tol) << "residual add, n " << n;
+          ref.insert(ref.end(), scratch.begin() + t * width, scratch.begin() + t * width + inter);
+        auto dx = up(x);
+        auto dmlp = poisoned(static_cast<size_t>(n * width));
+        Tensor gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
+        gpu_->matmul_gated(dx.data(), n, k, {&gg, nullptr, dmlp.data(), width},
+                           {&gu, nullptr, dmlp.data() + inter, width}, act, dmlp.data(), width);
+        auto all = down(dmlp);
+        std::vector<float> out;
+        for (int64_t t = 0; t < n; ++t) out.insert(out.end(), all.begin() + t * width, all.begin() + t * width + inter);
+        EXPECT_LE(rel_err(out, ref), 1e-2) << "n " << n << " " << name(rows);
       }
     }
   }
+  as_rows(Rows::kPrompt, 0);
+}
+
+// Both activation rules: x rounded to bf16 (the default), and exact (MoE models: x as
+// bf16 hi + lo), on decode rows and prompt rows.
+TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
+  for (bool exact : {false, true}) {
+    gpu_->keep_activations_exact(exact);
+    for (int64_t n : {1, 3, 80}) {
+      for (Rows rows : kAllRows) {
+        as_rows(rows, n);
+        for (bool add_one : {false, true}) {
+          const int64_t k = 512, m = 96, inter = 64, width = 2 * inter;
+          Bf16Weight w({m, k}, rng_), g({inter, k}, rng_), u({inter, k}, rng_), nw({k}, rng_), dn({k, inter}, rng_);
+          auto x = random_vec(static_cast<size_t>(n * k), rng_, 3.0f);
+          const InputNorm cpu_norm{&nw.tensor, 1e-5f, add_one};
+          std::vector<float> ref(static_cast<size_t>(n * m), NAN), mlp(static_cast<size_t>(n * width), NAN);
+          const MatmulTarget cpu_target{&w.tensor, nullptr, ref.data(), m};
+          cpu_->norm_matmul_many(x.data(), n, cpu_norm, &cpu_target, 1);
+          cpu_->norm_matmul_gated(x.data(), n, cpu_norm, {&g.tensor, nullptr, mlp.data(), width},
+                                  {&u.tensor, nullptr, mlp.data() + inter, width}, Activation::kSilu, mlp.data(),
+                                  width);
+          auto residual = random_vec(static_cast<size_t>(n * k), rng_);
+          auto cpu_residual = residual;
+          cpu_->matmul_add(mlp.data(), n, width, dn.tensor, nullptr, cpu_residual.data(), k);
+
+          Tensor gw = gpu_->resident(w.tensor), gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
+          Tensor gn = gpu_->resident(nw.tensor), gd = gpu_->resident(dn.tensor);
+          const InputNorm gpu_norm{&gn, 1e-5f, add_one};
+          auto dx = up(x);
+          auto dout = poisoned(ref.size());
+          auto dmlp = poisoned(mlp.size());
+          const MatmulTarget gpu_target{&gw, nullptr, dout.data(), m};
+          gpu_->norm_matmul_many(dx.data(), n, gpu_norm, &gpu_target, 1);
+          gpu_->norm_matmul_gated(dx.data(), n, gpu_norm, {&gg, nullptr, dmlp.data(), width},
+                                  {&gu, nullptr, dmlp.data() + inter, width}, Activation::kSilu, dmlp.data(), width);
+          auto dres = up(residual);
+          gpu_->matmul_add(dmlp.data(), n, width, gd, nullptr, dres.data(), k);
+          const double tol = exact ? 1e-4 : 1e-2;
+          EXPECT_LE(rel_err(down(dout), ref), tol) << "n " << n << " add_one " << add_one << " exact " << exact;
+          auto gpu_mlp = down(dmlp);
+          std::vector<float> a, b;
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t i = 0; i < inter; ++i) {
+              a.push_back(gpu_mlp[static_cast<size_t>(t * width + i)]);
+              b.push_back(mlp[static_cast<size_t>(t * width + i)]);
+            }
+          EXPECT_LE(rel_err(a, b), tol) << "gated, n " << n;
+          EXPECT_LE(rel_err(down(dres), cpu_residual), tol) << "residual add, n " << n;
+        }
+      }
+    }
+  }
+  gpu_->keep_activations_exact(false);
+  as_rows(Rows::kPrompt, 0);
 }
 
 TEST_F(CudaOpsTest, RmsNormAndFusedResidual) {
@@ -441,7 +554,7 @@ TEST_F(CudaOpsTest, AttentionPromptChunkThroughOneSharedTable) {
     int window;
     float softcap;
   };
-  // n ≤ 4: split-K decode kernel; n > 4: the tiled prefill kernel (one sequence).
+  // One shared table: the tiled prefill kernel (head_dim ≤ 128), else the split-K one.
   const Case cases[] = {{32, 8, 64, 1, 130, 256, 0, 0.0f}, {32, 8, 128, 1, 700, 1024, 0, 0.0f},
                         {6, 2, 16, 7, 9, 16, 5, 2.0f},     {16, 8, 128, 40, 300, 340, 0, 0.0f},
                         {8, 4, 256, 20, 0, 20, 8, 50.0f},  {12, 12, 64, 1, 5000, 8192, 4096, 0.0f},
@@ -455,6 +568,41 @@ TEST_F(CudaOpsTest, AttentionPromptChunkThroughOneSharedTable) {
       EXPECT_LE(paged_attention_error(*cpu_, *gpu_, p, cache, pos, {0}, true, c.max_kv, rng_), 1e-5)
           << "block " << block << " heads " << c.heads << "/" << c.kv_heads << " hd " << c.hd << " n " << c.n
           << " start " << c.start << " window " << c.window << " softcap " << c.softcap;
+    }
+  }
+}
+
+// A prompt's query gets the same bits in any chunk: every prompt chunk, one query or
+// many, goes through the tiled kernel, whose sums per query do not depend on the others.
+TEST_F(CudaOpsTest, AttentionPromptQueryIsTheSameBitsInAnyChunk) {
+  const int64_t len = 700;
+  for (int window : {0, 256}) {
+    AttentionParams p{32, 8, 128, 1.0f / std::sqrt(128.0f), window > 0 ? 30.0f : 0.0f, window};
+    const int64_t qs = p.n_heads * p.head_dim;
+    PagedKv cache({len}, 16, p.n_kv_heads * p.head_dim, rng_, true);
+    auto q = random_vec(static_cast<size_t>(len * qs), rng_);
+    std::vector<int32_t> pos;
+    for (int64_t t = 0; t < len; ++t) pos.push_back(static_cast<int32_t>(t));
+    auto dq = up(q);
+    auto dk = kv_upload(*gpu_, cache.k), dv = kv_upload(*gpu_, cache.v);
+    auto dpos = up(pos);
+    auto dtable = up(cache.tables[0]);
+    const auto run = [&](int64_t first, int64_t n) {
+      auto out = poisoned(static_cast<size_t>(n * qs));
+      gpu_->attention(dq.data() + first * qs, n, qs, KvPages{dk.data(), dv.data(), cache.ld, 16, dtable.data(), 0},
+                      dpos.data() + first, len, p, out.data(), qs);
+      return down(out);
+    };
+    const auto whole = run(0, len);
+    for (int64_t first : {int64_t{0}, int64_t{333}, len - 5, len - 1}) {
+      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{5}}) {
+        if (first + n > len) continue;
+        std::vector<std::vector<float>> expected;
+        for (int64_t t = first; t < first + n; ++t)
+          expected.emplace_back(whole.begin() + t * qs, whole.begin() + (t + 1) * qs);
+        EXPECT_EQ(rows_differing(run(first, n), expected, qs, qs), 0)
+            << "window " << window << ": queries [" << first << ", " << first + n << ")";
+      }
     }
   }
 }
@@ -663,7 +811,8 @@ TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
     const KvPages kv{dk.data(), dv.data(), cache.ld, block, dtables.data(), cache.stride};
     const double us = time_us(
         50, [&] { gpu_->attention(dq.data(), seqs, heads * hd, kv, dpos.data(), max_kv, p, dout.data(), heads * hd); });
-    const double bytes = 2.0 * static_cast<double>(seqs * keys * kv_heads * hd) * static_cast<double>(gpu_->kv_value_bytes());
+    const double bytes =
+        2.0 * static_cast<double>(seqs * keys * kv_heads * hd) * static_cast<double>(gpu_->kv_value_bytes());
     std::printf("paged decode attention %lld seqs x %lld keys (32/8 heads, hd 128, block 16): %.1f us, %.0f GB/s\n",
                 static_cast<long long>(seqs), static_cast<long long>(keys), us, bytes / us / 1e3);
   }
