@@ -175,6 +175,13 @@ TEST_F(CliTest, GreedyJsonMatchesGolden) {
   EXPECT_TRUE(out["timings"].contains("decode_ms"));
 }
 
+// --batch-invariant on whatever device `auto` picks: still the golden greedy tokens.
+TEST_F(CliTest, BatchInvariantGivesGoldenTokens) {
+  RunResult r = run_kettle(generate_args("--json --batch-invariant"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"], golden("llama")["greedy_new_tokens"]);
+}
+
 // The same values stored as f32, as f16, and split over two shards with an index: same tokens.
 TEST_F(CliTest, ShardedF16AndF32CheckpointsGiveGoldenTokens) {
   auto tensors = read_safetensors((dir_ / "model.safetensors").string());
