@@ -1,11 +1,10 @@
 // CudaBackend: the Backend ops on one CUDA device, all on one stream.
 // Weights are resident in bf16 (norm weights and biases in f32); activations
 // are f32 and the KV cache f16 in device memory. Prompt rows' matmuls are
-// cuBLASLt GEMMs of one fixed configuration per shape (prompt_gemm.h), which sum
+// cuBLASLt GEMMs of one fixed configuration per shape (fixed_gemm.h), which sum
 // a row the same way whatever the row count. Decode rows' are the GEMV (one
-// row) and cuBLAS's own choice of GEMM (more), the fastest, or under
-// set_batch_invariant a tensor-core kernel whose sums do not depend on the row
-// count either (matmul.cu).
+// row, matmul.cu) and cuBLAS's own choice of GEMM (more), the fastest, or under
+// set_batch_invariant a second fixed cuBLASLt plan, chosen for decode batches.
 // run_step records a step as a CUDA graph on its second sighting (the first
 // runs eagerly, so workspaces are sized outside the capture) and replays it.
 #include "backend/cuda/cuda_backend.h"
@@ -14,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -23,7 +23,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
-#include "backend/cuda/prompt_gemm.h"
+#include "backend/cuda/fixed_gemm.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -68,7 +68,13 @@ class CudaBackend final : public Backend {
   CudaBackend() {
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    prompt_gemm_ = std::make_unique<cuda::PromptGemm>(stream_);
+    // Prompt rows: a plan for a prompt of a few hundred tokens, k unsplit (chosen for 2048
+    // rows, a full chunk, it made 512-token prefill 11 % slower). Invariant decode rows: a
+    // plan for 32 rows, split-K allowed (H200, 8b decode / B = 64 tok/s, plans for 8, 16,
+    // 32, 64, 128 rows: 192.1 / 3,607, 191.5 / 6,536, 191.5 / 9,591, 178.1 / 9,571, 140.5 /
+    // 8,748; 64-token contexts).
+    prompt_gemm_ = std::make_unique<cuda::FixedGemm>(stream_, 512, true);
+    decode_gemm_ = std::make_unique<cuda::FixedGemm>(stream_, 32, false);
     check(cublasCreate(&cublas_), "cublasCreate");
     check(cublasSetStream(cublas_, stream_), "cublasSetStream");
     // A fixed cuBLAS workspace, so GEMMs may be recorded in a graph.
@@ -90,10 +96,11 @@ class CudaBackend final : public Backend {
       for (void* p : list) cudaFree(p);
     for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
     for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &decode_x_, &decode_partial_, &decode_arrivals_,
-                         &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_, &argmax_arrivals_})
+    for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_,
+                         &argmax_ws_, &argmax_arrivals_})
       cudaFree(w->data);
     prompt_gemm_.reset();
+    decode_gemm_.reset();
     cudaFree(cublas_workspace_);
     cublasDestroy(cublas_);
     cudaFreeHost(pinned_);
@@ -417,7 +424,6 @@ class CudaBackend final : public Backend {
   static constexpr size_t kReturnedBytes = size_t{256} << 20;
   static constexpr size_t kPinnedBytes = size_t{4} << 20;
   static constexpr size_t kCublasWorkspace = size_t{32} << 20;
-  static constexpr int64_t kDecodeF32Rows = 16;  // up to this many decode rows read f32 x directly
 
   // A host tensor by address, type, size and a fingerprint of its bytes: memory freed
   // and reused for other weights at the same address must not find the old copy.
@@ -496,60 +502,36 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  // The matmuls' leading rows that run as decode rows: set_decode_rows's, where the
-  // decode kernel takes the shape (else every row takes the prompt path, whatever n).
-  int64_t decode_rows(int64_t n, int64_t k, int count) const {
-    const bool fits = cuda::decode_matmul_supported(k) && count <= cuda::kMaxDecodeTargets;
-    return fits ? std::min(n, decode_rows_) : 0;
-  }
-
-  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); decode rows first, then
-  // the prompt rows.
+  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); the decode rows
+  // (set_decode_rows) first, then the prompt rows.
   void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
                bool accumulate) {
-    const int64_t k = targets[0].w->dim(1), d = decode_rows(n, k, count);
-    if (d > 0 && !batch_invariant_) {
+    const int64_t d = std::min(n, decode_rows_);
+    if (d > 0 && !batch_invariant_)
       fast_project(x, d, ldx, norm, targets, count, accumulate);
-    } else if (d > 0) {
-      cuda::DecodeTarget decode[cuda::kMaxDecodeTargets];
-      int rows = 0;
-      for (int i = 0; i < count; ++i) {
-        decode[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
-                     static_cast<int>(targets[i].w->dim(0)), static_cast<int>(targets[i].ldo)};
-        rows += decode[i].rows;
-      }
-      const cuda::DecodeInput in = decode_input(x, d, ldx, k, norm);
-      cuda::decode_matmul(decode, count, in, accumulate,
-                          decode_scratch(cuda::decode_matmul_workspace(in.n, in.k, rows)), stream_);
-      check_launch("decode_matmul");
-    }
-    if (d == 0) return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kFixed);
+    else if (d > 0)
+      gemm_project(x, d, ldx, norm, targets, count, accumulate, Gemm::kDecodeFixed);
     if (d == n) return;
-    MatmulTarget rest[cuda::kMaxDecodeTargets];
-    for (int i = 0; i < count; ++i)
-      rest[i] = {targets[i].w, targets[i].bias, targets[i].out + d * targets[i].ldo, targets[i].ldo};
-    gemm_project(x + d * ldx, n - d, ldx, norm, rest, count, accumulate, Gemm::kFixed);
+    if (d == 0) return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kPromptFixed);
+    std::vector<MatmulTarget> rest(targets, targets + count);
+    for (MatmulTarget& t : rest) t.out += d * t.ldo;
+    gemm_project(x + d * ldx, n - d, ldx, norm, rest.data(), count, accumulate, Gemm::kPromptFixed);
   }
 
   void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
              const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
-    const int64_t k = gate.w->dim(1), inter = gate.w->dim(0), d = decode_rows(n, k, 2);
+    const int64_t inter = gate.w->dim(0), d = std::min(n, decode_rows_);
     if (d > 0 && !batch_invariant_) {
       fast_gated(x, d, ldx, norm, gate, up, act, out, ldo);
     } else if (d > 0) {
-      const cuda::DecodeTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
-                                 static_cast<int>(inter), 0};
-      const cuda::DecodeTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
-                                 static_cast<int>(up.w->dim(0)), 0};
-      const cuda::DecodeInput in = decode_input(x, d, ldx, k, norm);
-      cuda::decode_matmul_gated(g, u, act, in, out, static_cast<int>(ldo),
-                                decode_scratch(cuda::decode_matmul_gated_workspace(in.n, in.k, g.rows)), stream_);
-      check_launch("decode_matmul_gated");
+      const MatmulTarget both[] = {gate, up};
+      gemm_project(x, d, ldx, norm, both, 2, false, Gemm::kDecodeFixed);
+      gated_activation(gate.out, up.out, d, inter, gate.ldo, act, out, ldo);
     }
     if (d == n) return;
     const MatmulTarget both[] = {{gate.w, gate.bias, gate.out + d * gate.ldo, gate.ldo},
                                  {up.w, up.bias, up.out + d * up.ldo, up.ldo}};
-    gemm_project(x + d * ldx, n - d, ldx, norm, both, 2, false, Gemm::kFixed);
+    gemm_project(x + d * ldx, n - d, ldx, norm, both, 2, false, Gemm::kPromptFixed);
     gated_activation(both[0].out, both[1].out, n - d, inter, gate.ldo, act, out + d * ldo, ldo);
   }
 
@@ -588,64 +570,9 @@ class CudaBackend final : public Backend {
     check_launch("gemv_gated");
   }
 
-  // The decode kernel's x: bf16 rows as the norm writes them; f32 rows read as they are
-  // (rounded in the kernel) for a few rows, converted to bf16 once for many; f32 rows
-  // under the exact rule (split in the kernel). Every form rounds the same way.
-  cuda::DecodeInput decode_input(const float* x, int64_t n, int64_t ldx, int64_t k, const InputNorm* norm) {
-    cuda::DecodeInput in;
-    in.n = static_cast<int>(n);
-    in.k = static_cast<int>(k);
-    const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
-    if (exact_activations_) {
-      in.f32 = in.exact = true;
-      if (norm != nullptr) {
-        x = normalized(x, n, k, *norm);
-        ldx = k;
-      } else if (!aligned) {
-        auto* dense = static_cast<float*>(grow(normed_ws_, static_cast<size_t>(n * k) * sizeof(float)));
-        check(cudaMemcpy2DAsync(dense, k * 4, x, ldx * 4, k * 4, n, cudaMemcpyDeviceToDevice, stream_),
-              "cudaMemcpy2DAsync");
-        x = dense;
-        ldx = k;
-      }
-      in.data = x;
-      in.ld = ldx;
-      return in;
-    }
-    if (norm == nullptr && n <= kDecodeF32Rows && aligned) {
-      in.f32 = true;
-      in.data = x;
-      in.ld = ldx;
-      return in;
-    }
-    auto* xb = static_cast<cuda::Bf16*>(grow(decode_x_, static_cast<size_t>(n * k) * 2));
-    if (norm != nullptr) {
-      cuda::rms_norm_bf16(x, n, k, ldx, f32_data(norm->weight, "norm"), norm->eps, norm->add_one, xb, stream_);
-      check_launch("rms_norm_bf16");
-    } else {
-      cuda::to_bf16(x, n, k, ldx, xb, stream_);
-      check_launch("to_bf16");
-    }
-    in.data = xb;
-    in.ld = k;
-    return in;
-  }
-
-  cuda::DecodeScratch decode_scratch(const cuda::DecodeWorkspace& need) {
-    cuda::DecodeScratch s;
-    s.partial =
-        static_cast<float*>(grow(decode_partial_, static_cast<size_t>(std::max<int64_t>(need.partial_floats, 1)) * 4));
-    // Arrival counters live apart from the partials: zero when made, left zero by every call.
-    const size_t before = decode_arrivals_.bytes;
-    s.arrivals = static_cast<unsigned*>(grow(decode_arrivals_, static_cast<size_t>(need.arrivals) * sizeof(unsigned)));
-    if (decode_arrivals_.bytes != before)
-      check(cudaMemsetAsync(s.arrivals, 0, decode_arrivals_.bytes, stream_), "cudaMemsetAsync");
-    return s;
-  }
-
-  // Which GEMM: the fixed configuration per shape (prompt rows; PromptGemm), or cuBLAS's
-  // choice for the row count (fast decode rows).
-  enum class Gemm { kFixed, kHeuristic };
+  // Which GEMM: a fixed configuration per shape (FixedGemm: prompt rows, or decode rows
+  // under set_batch_invariant), or cuBLAS's choice for the row count (fast decode rows).
+  enum class Gemm { kPromptFixed, kDecodeFixed, kHeuristic };
 
   // GEMMs on bf16 x (a norm writes its bf16 rows directly), or under the exact rule on x
   // as two bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)), f32-accurate activations
@@ -694,8 +621,10 @@ class CudaBackend final : public Backend {
                 Gemm gemm) {
     const int64_t m = w.dim(0);
     const float one = 1.0f, zero = 0.0f;
-    if (gemm == Gemm::kFixed)
+    if (gemm == Gemm::kPromptFixed)
       prompt_gemm_->run(xb, n, k, bf16_data(w, "matmul"), m, out, ldo, accumulate);
+    else if (gemm == Gemm::kDecodeFixed)
+      decode_gemm_->run(xb, n, k, bf16_data(w, "matmul"), m, out, ldo, accumulate);
     else
       check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
                          static_cast<int>(k), &one, bf16_data(w, "matmul"), CUDA_R_16BF, static_cast<int>(k), xb,
@@ -740,7 +669,8 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::PromptGemm> prompt_gemm_;
+  std::unique_ptr<cuda::FixedGemm> prompt_gemm_;  // prompt rows
+  std::unique_ptr<cuda::FixedGemm> decode_gemm_;  // decode rows under set_batch_invariant
   cublasHandle_t cublas_ = nullptr;  // the fast decode GEMMs
   void* cublas_workspace_ = nullptr;
   std::string device_name_;
@@ -756,7 +686,7 @@ class CudaBackend final : public Backend {
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
   cuda::OpTimer timer_;
-  Workspace gemm_x_, gemm_out_, normed_ws_, decode_x_, decode_partial_, decode_arrivals_, attention_ws_,
+  Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_,
       attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
 };
 

@@ -13,7 +13,7 @@ namespace kettle::cuda {
 
 using Bf16 = uint16_t;  // storage of __nv_bfloat16
 
-// ---- gemv.cu: the fast decode GEMV (one row) --------------------------------------
+// ---- matmul.cu: decode GEMV (n = 1) -------------------------------------------
 struct GemvTarget {
   const Bf16* w = nullptr;      // [rows, k]
   const float* bias = nullptr;  // [rows] or nullptr
@@ -24,48 +24,12 @@ constexpr int kMaxGemvTargets = 4;
 bool gemv_supported(int64_t k);  // k a multiple of 8 (16-byte rows)
 // targets[i].out (+)= W_i · x (+ b_i) for each target, in one launch; accumulate adds into
 // out instead of overwriting it. round_x: x rounded to bf16 as it is read (the rounding
-// the GEMMs take), else exact f32.
+// cuBLAS's GEMMs take), else exact f32.
 void gemv(const GemvTarget* targets, int count, const float* x, int k, bool accumulate, bool round_x,
           cudaStream_t stream);
 // out[i] = act(gate_i · x + bg) * (up_i · x + bu), one launch.
 void gemv_gated(const GemvTarget& gate, const GemvTarget& up, Activation act, const float* x, int k, bool round_x,
                 float* out, cudaStream_t stream);
-
-// ---- matmul.cu: decode matmuls (batch-invariant) ------------------------------
-struct DecodeTarget {
-  const Bf16* w = nullptr;      // [rows, k]
-  const float* bias = nullptr;  // [rows] or nullptr
-  float* out = nullptr;         // [n, ldo]
-  int rows = 0;
-  int ldo = 0;
-};
-constexpr int kMaxDecodeTargets = 4;
-// The activations: n rows of k, row stride ld, bf16 or f32. f32 x is rounded to bf16
-// as it is read, or (exact) taken as bf16(x) + bf16(x - bf16(x)). 16-byte aligned rows.
-struct DecodeInput {
-  const void* data = nullptr;
-  int64_t ld = 0;
-  int n = 0, k = 0;
-  bool f32 = false, exact = false;
-};
-struct DecodeWorkspace {
-  int64_t partial_floats = 0;  // scratch for the partial sums
-  int64_t arrivals = 0;        // counters, zero before the first call (each call leaves them zero)
-};
-struct DecodeScratch {
-  float* partial = nullptr;
-  unsigned* arrivals = nullptr;
-};
-bool decode_matmul_supported(int64_t k);                                // k a multiple of 8 (16-byte rows)
-DecodeWorkspace decode_matmul_workspace(int n, int k, int rows);        // rows: all targets'
-DecodeWorkspace decode_matmul_gated_workspace(int n, int k, int cols);  // cols: the gate's rows
-// targets[i].out[t] (+)= W_i · x_t (+ b_i), every target in one launch; accumulate adds.
-// Each output's sum runs in an order that does not depend on n (see matmul.cu).
-void decode_matmul(const DecodeTarget* targets, int count, const DecodeInput& x, bool accumulate,
-                   const DecodeScratch& scratch, cudaStream_t stream);
-// out[t, i] (row stride ldo) = act(gate_i · x_t + bg) * (up_i · x_t + bu), one launch.
-void decode_matmul_gated(const DecodeTarget& gate, const DecodeTarget& up, Activation act, const DecodeInput& x,
-                         float* out, int ldo, const DecodeScratch& scratch, cudaStream_t stream);
 // out[2n, k] (dense): rows [0, n) = bf16(x), rows [n, 2n) = bf16(x - bf16(x)).
 void to_bf16_split(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaStream_t stream);
 // out[t, i] (stride ldo) (+)= wide[t, i] + wide[n + t, i] (+ bias[i]); wide: [2n, m] dense.
@@ -86,7 +50,8 @@ void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const flo
                   float* out, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
-void embed(const int32_t* ids, int64_t n, const Bf16* table, int64_t dim, float scale, float* out, cudaStream_t stream);
+void embed(const int32_t* ids, int64_t n, const Bf16* table, int64_t dim, float scale, float* out,
+           cudaStream_t stream);
 
 // ---- activation.cu -----------------------------------------------------------------
 void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,

@@ -106,7 +106,7 @@ class CudaOpsTest : public ::testing::Test {
   }
 
   // Which matmul path the GPU's rows take: prompt rows, decode rows the fast way, or
-  // decode rows through the batch-invariant kernel.
+  // decode rows through the batch-invariant plan.
   enum class Rows { kPrompt, kDecode, kInvariantDecode };
   static constexpr Rows kAllRows[] = {Rows::kPrompt, Rows::kDecode, Rows::kInvariantDecode};
   void as_rows(Rows rows, int64_t n) {
@@ -121,10 +121,11 @@ class CudaOpsTest : public ::testing::Test {
   std::unique_ptr<Backend> gpu_, cpu_;
 };
 
-// Decode rows (the tensor-core kernel) and prompt rows (cuBLASLt) alike.
+// Prompt rows (the fixed cuBLASLt plan), decode rows (the GEMV for one row, cuBLAS for
+// more) and invariant decode rows (the decode plan) alike.
 TEST_F(CudaOpsTest, MatmulDecodeAndPromptRowsWithBias) {
   for (int64_t n : {1, 2, 7, 20}) {
-    for (int64_t k : {64, 200, 70}) {  // 70: not a multiple of 8 (the prompt path for every row)
+    for (int64_t k : {64, 200, 70}) {  // 70: not a multiple of 8 (GEMMs on 2-byte-aligned rows)
       for (Rows rows : kAllRows) {
         as_rows(rows, n);
         const int64_t m = 96, ldx = k + 3, ldo = m + 5;
@@ -162,9 +163,8 @@ int64_t rows_differing(const std::vector<float>& got, const std::vector<std::vec
 // Batch invariance (Backend::set_decode_rows, set_batch_invariant): a decode row's product
 // and a prompt row's are the same bits alone, in a batch of any size, and beside rows of
 // the other kind.
-// Both activation rules; k with several slots and groups (4096), one slot (512), a tail
-// (2056), and not a multiple of 8 (70: every row takes the prompt path). Each row alone is
-// also checked against the CPU.
+// Both activation rules; k = 4096, 512, 2056, and 70 (not a multiple of 8: rows only
+// 2-byte aligned, a plan of its own). Each row alone is also checked against the CPU.
 TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
   gpu_->set_batch_invariant(true);
   struct Shape {

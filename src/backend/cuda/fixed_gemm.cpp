@@ -1,4 +1,4 @@
-#include "backend/cuda/prompt_gemm.h"
+#include "backend/cuda/fixed_gemm.h"
 
 #include <algorithm>
 #include <array>
@@ -9,9 +9,6 @@ namespace kettle::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-// The row count a shape's configuration is chosen for: a prompt of a few hundred tokens.
-// (Chosen for 2048 rows, a full chunk, it made 512-token prefill 11 % slower.)
-constexpr int64_t kPlanRows = 512;
 constexpr int kCandidates = 32;
 
 void check(cublasStatus_t status, const char* what) {
@@ -57,7 +54,8 @@ uint32_t alignment_of(const void* p, int64_t row_bytes) {
 
 }  // namespace
 
-PromptGemm::PromptGemm(cudaStream_t stream) : stream_(stream) {
+FixedGemm::FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first)
+    : stream_(stream), plan_rows_(plan_rows), unsplit_first_(unsplit_first) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
   check(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
@@ -70,25 +68,25 @@ PromptGemm::PromptGemm(cudaStream_t stream) : stream_(stream) {
     fail(ErrorCategory::kInternal, "CUDA: cudaMalloc (cuBLASLt workspace) failed");
 }
 
-PromptGemm::~PromptGemm() {
+FixedGemm::~FixedGemm() {
   cudaFree(workspace_);
   cublasLtMatmulDescDestroy(op_);
   cublasLtDestroy(handle_);
 }
 
-bool PromptGemm::applicable(const cublasLtMatmulAlgo_t& algo, int64_t m, int64_t n, int64_t k, int64_t ldo) {
+bool FixedGemm::applicable(const cublasLtMatmulAlgo_t& algo, int64_t m, int64_t n, int64_t k, int64_t ldo) {
   Layouts l(m, n, k, ldo);
   cublasLtMatmulHeuristicResult_t result{};
   return cublasLtMatmulAlgoCheck(handle_, op_, l.w, l.x, l.out, l.out, &algo, &result) == CUBLAS_STATUS_SUCCESS &&
          result.workspaceSize <= kWorkspaceBytes;
 }
 
-// The shape's configuration: cuBLASLt's best for kPlanRows rows that runs for one row and
-// for kPlanRows alike.
-const PromptGemm::Plan& PromptGemm::plan(int64_t m, int64_t k, int64_t ldo, uint32_t alignment) {
+// The shape's configuration: cuBLASLt's best for plan_rows_ rows (unsplit first, if asked)
+// that runs for one row and for plan_rows_ alike.
+const FixedGemm::Plan& FixedGemm::plan(int64_t m, int64_t k, int64_t ldo, uint32_t alignment) {
   const auto key = std::make_tuple(m, k, alignment);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-  Layouts l(m, kPlanRows, k, ldo);
+  Layouts l(m, plan_rows_, k, ldo);
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
   const uint64_t bytes = kWorkspaceBytes;
@@ -107,11 +105,11 @@ const PromptGemm::Plan& PromptGemm::plan(int64_t m, int64_t k, int64_t ldo, uint
   check(status, "cublasLtMatmulAlgoGetHeuristic");
   // Unsplit k first; a split one is fixed too (its partial sums meet in a fixed order),
   // for shapes cuBLASLt offers nothing else.
-  for (bool split : {false, true})
+  for (int pass = 0; pass < 2; ++pass)
     for (int i = 0; i < found; ++i) {
       const cublasLtMatmulAlgo_t& algo = results[static_cast<size_t>(i)].algo;
-      if ((splits(algo) > 1) != split || !applicable(algo, m, 1, k, ldo) || !applicable(algo, m, kPlanRows, k, ldo))
-        continue;
+      const bool wanted = unsplit_first_ ? (splits(algo) > 1) == (pass == 1) : pass == 0;
+      if (!wanted || !applicable(algo, m, 1, k, ldo) || !applicable(algo, m, plan_rows_, k, ldo)) continue;
       return plans_.emplace(key, Plan{algo}).first->second;
     }
   fail(ErrorCategory::kInternal,
@@ -119,7 +117,7 @@ const PromptGemm::Plan& PromptGemm::plan(int64_t m, int64_t k, int64_t ldo, uint
        alignment, found);
 }
 
-void PromptGemm::run(const uint16_t* x, int64_t n, int64_t k, const uint16_t* w, int64_t m, float* out, int64_t ldo,
+void FixedGemm::run(const uint16_t* x, int64_t n, int64_t k, const uint16_t* w, int64_t m, float* out, int64_t ldo,
                      bool accumulate) {
   const uint32_t alignment = std::min({alignment_of(x, k * 2), alignment_of(w, k * 2), alignment_of(out, ldo * 4)});
   const Plan& p = plan(m, k, ldo, alignment);

@@ -1,0 +1,50 @@
+// FixedGemm: weight matmuls as cuBLASLt bf16 GEMMs with f32 output, each
+// weight shape bound to one kernel configuration (chosen once, for a given row
+// count) that every later call of that shape runs whatever its row count.
+// cuBLAS's own choice changes with the row count and so changes the order of
+// the sums; a fixed configuration (its tile, its k split, its reduction) sums
+// each output the same way for any number of rows, so a row gets the same bits
+// alone or batched. The CUDA backend keeps one for prompt rows and one for
+// decode rows under --batch-invariant.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace kettle::cuda {
+
+class FixedGemm {
+ public:
+  // plan_rows: the row count each shape's configuration is chosen for; unsplit_first:
+  // prefer a configuration that does not split k.
+  FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first);
+  ~FixedGemm();
+  FixedGemm(const FixedGemm&) = delete;
+  FixedGemm& operator=(const FixedGemm&) = delete;
+
+  // out[n, m] (row stride ldo) (+)= x[n, k] (bf16, dense) · w[m, k]ᵀ (bf16).
+  void run(const uint16_t* x, int64_t n, int64_t k, const uint16_t* w, int64_t m, float* out, int64_t ldo,
+           bool accumulate);
+
+ private:
+  // The configuration of one weight shape (m, k).
+  struct Plan {
+    cublasLtMatmulAlgo_t algo{};
+  };
+  const Plan& plan(int64_t m, int64_t k, int64_t ldo, uint32_t alignment);
+  bool applicable(const cublasLtMatmulAlgo_t& algo, int64_t m, int64_t n, int64_t k, int64_t ldo);
+
+  cudaStream_t stream_;
+  int64_t plan_rows_;
+  bool unsplit_first_;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t op_ = nullptr;  // Wᵀ · x, f32 compute
+  void* workspace_ = nullptr;
+  std::map<std::tuple<int64_t, int64_t, uint32_t>, Plan> plans_;  // by (m, k, operand alignment)
+};
+
+}  // namespace kettle::cuda
