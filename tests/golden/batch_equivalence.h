@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "golden/golden_cases.h"
+#include "model/model.h"
 #include "model/transformer.h"
 
 namespace kettle::golden {
@@ -92,6 +94,14 @@ inline void expect_batched_equals_alone(ModelRunner& t, const std::vector<int32_
   const auto together = batched(t, prompts, kGen, 7);
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(together[i], alone(t, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
+}
+
+// The golden case `name`'s model on `backend`: batching changes no token.
+inline void expect_batching_changes_no_token(Backend& backend, const std::string& name) {
+  Golden g = read_golden(case_dir(name));
+  Model model = load_model(model_dir(name));
+  Transformer transformer(model, backend, KvPool::Options{16, 0});
+  expect_batched_equals_alone(transformer, g.prompt);
 }
 
 }  // namespace kettle::golden

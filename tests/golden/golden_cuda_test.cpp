@@ -74,20 +74,12 @@ TEST_P(GoldenCudaTest, IncrementalDecodeMatchesReference) {
   }
 }
 
-TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoToken) {
-  Golden g = read_golden(case_dir(GetParam()));
-  Model model = load_model(model_dir(GetParam()));
-  Transformer transformer(model, *backend_, KvPool::Options{16, 0});
-  expect_batched_equals_alone(transformer, g.prompt);
-}
+TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoToken) { expect_batching_changes_no_token(*backend_, GetParam()); }
 
-// The same with decodes through the batch-invariant kernel (--batch-invariant).
+// The same with decodes through the batch-invariant plan (--batch-invariant).
 TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoTokenBatchInvariant) {
-  Golden g = read_golden(case_dir(GetParam()));
-  Model model = load_model(model_dir(GetParam()));
   backend_->set_batch_invariant(true);
-  Transformer transformer(model, *backend_, KvPool::Options{16, 0});
-  expect_batched_equals_alone(transformer, g.prompt);
+  expect_batching_changes_no_token(*backend_, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenCudaTest, ::testing::ValuesIn(case_names()),
