@@ -128,9 +128,9 @@ class Backend {
   virtual size_t free_memory() { return 0; }
   // Bytes of one cached key or value element (KvPages): 4 for f32, 2 for f16.
   virtual size_t kv_value_bytes() const { return sizeof(float); }
-  // Weight matmuls may round x to bf16 (CUDA: both of its matmul paths, below). A model
-  // whose output hinges on discrete choices made from the activations (MoE routing)
-  // asks for f32-accurate x instead.
+  // Weight matmuls may round x to bf16 (CUDA: the GEMV as it reads x, the GEMMs on bf16
+  // rows). A model whose output hinges on discrete choices made from the activations
+  // (MoE routing) asks for f32-accurate x instead.
   virtual void keep_activations_exact(bool) {}
   // Rows [0, rows) of the matmuls that follow are generated tokens (decode), the rest
   // prompt tokens. A backend whose sums could depend on the row count runs each kind

@@ -13,7 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -21,9 +20,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/fixed_gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
-#include "backend/cuda/fixed_gemm.h"
 #include "util/error.h"
 #include "util/log.h"
 
