@@ -6,7 +6,8 @@
 # check); then a timed burst reports throughput and time to first token of
 # the batched server.
 #   [REQUESTS=32] [BATCH=32] [FLAGS=...] [BATCHED_FLAGS=...] bash bench/cuda_serve_check.sh KETTLE_BIN MODEL_DIR
-# FLAGS go to both servers (e.g. --batch-invariant), BATCHED_FLAGS to the batched one.
+# FLAGS go to both servers (e.g. --no-batch-invariant: the fast decode, which may
+# differ), BATCHED_FLAGS to the batched one.
 set -uo pipefail
 kettle=${1:?kettle binary}; model=${2:?model folder}
 start() {  # port, flags...

@@ -12,6 +12,8 @@
 # where npm works; or the same xz-compressed: llamacpp.tar.xz, vocab-llama3.gguf.xz) and bin/llamacpp-peer.sh + bin/make_random_gguf.py (copies of
 # ../shared/bench: the GPU box sees only what the call carries). kettle is built
 # here unless KETTLE_PREBUILT=DIR (DIR/bin/kettle, DIR/lib) is given.
+# KETTLE_BENCH_FLAGS go to kettle's benches: `--no-batch-invariant` for the fastest
+# one-stream decode (the default is batch-invariant).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 peer=${PEER:?PEER=DIR with llamacpp.tgz or .tar.xz}; peer=$(cd "$peer" && pwd)
@@ -61,7 +63,7 @@ tail -2 "$out/llamacpp-build.log"
 
 presets=(llama-3.2-1b llama-3.1-8b qwen3-0.6b)
 for p in "${presets[@]}"; do
-  "$kettle" bench --synthetic "$p" --device cuda -p 512 -g 128 -r 3 --json >"$out/kettle-$p.json" 2>"$out/kettle-$p.err" ||
+  "$kettle" bench --synthetic "$p" --device cuda ${KETTLE_BENCH_FLAGS:-} -p 512 -g 128 -r 3 --json >"$out/kettle-$p.json" 2>"$out/kettle-$p.err" ||
     { echo "kettle bench $p failed"; tail -3 "$out/kettle-$p.err"; }
   gguf="$work/$p.f16.gguf"
   if [ -f "$gguf" ] && [ -x "$work/build/bin/llama-bench" ] && [ "$(cat "$work/gguf.rc" 2>/dev/null)" = 0 ]; then
@@ -94,7 +96,7 @@ PY
 
 # Batched decode (llama-batched-bench's measure) on the 8b shape.
 npl=${NPL:-1,8,32,64}
-"$kettle" bench --synthetic llama-3.1-8b --device cuda -p 512 -g 128 -r 2 --parallel "$npl" --json \
+"$kettle" bench --synthetic llama-3.1-8b --device cuda ${KETTLE_BENCH_FLAGS:-} -p 512 -g 128 -r 2 --parallel "$npl" --json \
   >"$out/kettle-batched.json" 2>"$out/kettle-batched.err" || { echo "kettle batched failed"; tail -3 "$out/kettle-batched.err"; }
 stamp "kettle batched done"
 if [ -x "$work/build/bin/llama-batched-bench" ] && [ -f "$work/llama-3.1-8b.f16.gguf" ]; then

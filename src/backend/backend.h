@@ -138,9 +138,10 @@ class Backend {
   // set_batch_invariant), so a token's product is the same alone or batched, however
   // prompts are chunked; the CPU's never depend on it.
   virtual void set_decode_rows(int64_t) {}
-  // Decode rows through batch-invariant kernels too (a GPU's are slower than its
-  // fastest ones); off, a decode alone and the same decode batched may differ in the
-  // last bits of their logits. The CPU is batch-invariant either way.
+  // Decode rows through batch-invariant kernels too (a GPU's are slower for one stream
+  // than its fastest ones; the CLI turns this on unless --no-batch-invariant); off, a
+  // decode alone and the same decode batched may differ in the last bits of their
+  // logits. The CPU is batch-invariant either way.
   virtual void set_batch_invariant(bool) {}
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).

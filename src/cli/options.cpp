@@ -105,9 +105,10 @@ void DeviceOption::add_to(CLI::App& app) {
   app.add_option("--device", device, "where the model runs: cpu, cuda, or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  app.add_flag("--batch-invariant", batch_invariant,
-               "decode through kernels whose sums do not depend on the batch, so a request's tokens are the same "
-               "alone or batched on a GPU too (slower decode; the CPU always is)");
+  app.add_flag("--batch-invariant,!--no-batch-invariant", batch_invariant,
+               "on (the default): decode through kernels whose sums do not depend on the batch, so a request's "
+               "tokens are the same alone or batched (the CPU's always are); --no-batch-invariant: the fastest "
+               "one-stream GPU decode, whose logits may differ in the last bits when batched");
 }
 
 void TensorParallelOption::add_to(CLI::App& app) {

@@ -58,11 +58,11 @@ struct ThreadOption {
 };
 
 // --device cpu|cuda|auto (auto: cuda when built with CUDA and a GPU is present, else cpu);
-// --batch-invariant: decodes through kernels whose sums do not depend on the batch
-// (Backend::set_batch_invariant).
+// --batch-invariant (the default; --no-batch-invariant turns it off): decodes through
+// kernels whose sums do not depend on the batch (Backend::set_batch_invariant).
 struct DeviceOption {
   std::string device = "auto";
-  bool batch_invariant = false;
+  bool batch_invariant = true;
   void add_to(CLI::App& app);
 };
 
