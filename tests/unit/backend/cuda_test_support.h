@@ -1,0 +1,133 @@
+// What the CUDA op tests share: random inputs, bf16 weights, the relative error,
+// KV upload in the backend's element type, and the fixture holding a GPU and a
+// CPU backend (the reference). Included by cuda_ops_test.cpp and
+// cuda_matmul_test.cpp.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <type_traits>
+
+#include "backend/backend.h"
+#include "backend/backend_array.h"
+
+namespace kettle::cuda_test {
+
+inline std::vector<float> random_vec(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+struct Bf16Weight {
+  std::vector<uint16_t> bits;
+  Tensor tensor;
+  Bf16Weight(std::vector<int64_t> shape, std::mt19937_64& rng, float scale = 0.5f) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    for (float f : random_vec(static_cast<size_t>(n), rng, scale)) bits.push_back(f32_to_bf16(f));
+    tensor = Tensor{bits.data(), DType::kBF16, shape};
+  }
+};
+
+inline double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(out[i])) return INFINITY;  // unwritten or broken
+    d += (static_cast<double>(out[i]) - ref[i]) * (static_cast<double>(out[i]) - ref[i]);
+    n += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(d / n);
+}
+
+// Host keys or values in `backend`'s KV element type (Backend::kv_value_bytes: f32 or
+// f16), in its memory; back to f32; and rounded through that type on the host.
+inline BackendArray<unsigned char> kv_upload(Backend& backend, const std::vector<float>& host) {
+  BackendArray<unsigned char> a(backend, host.size() * backend.kv_value_bytes());
+  if (backend.kv_value_bytes() == sizeof(float)) {
+    backend.to_device(a.data(), host.data(), a.bytes());
+  } else {
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bits[i] = f32_to_f16(host[i]);
+    backend.to_device(a.data(), bits.data(), a.bytes());
+  }
+  return a;
+}
+
+inline std::vector<float> kv_download(Backend& backend, BackendArray<unsigned char>& a) {
+  std::vector<float> host(a.bytes() / backend.kv_value_bytes());
+  if (backend.kv_value_bytes() == sizeof(float)) {
+    backend.to_host(host.data(), a.data(), a.bytes());
+  } else {
+    std::vector<uint16_t> bits(host.size());
+    backend.to_host(bits.data(), a.data(), a.bytes());
+    for (size_t i = 0; i < host.size(); ++i) host[i] = f16_to_f32(bits[i]);
+  }
+  return host;
+}
+
+inline std::vector<float> kv_rounded(const Backend& backend, std::vector<float> x) {
+  if (backend.kv_value_bytes() != sizeof(float))
+    for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+  return x;
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (or kettle built without CUDA)";
+    gpu_ = make_backend("cuda", 1);
+    cpu_ = make_cpu_backend(2);
+  }
+
+  // A device copy of host data.
+  template <typename T>
+  BackendArray<T> up(const std::vector<T>& host) {
+    BackendArray<T> a(*gpu_, host.size());
+    gpu_->to_device(a.data(), host.data(), a.bytes());
+    return a;
+  }
+  BackendArray<float> poisoned(size_t n) { return up(std::vector<float>(n, NAN)); }
+  std::vector<float> down(BackendArray<float>& a) {
+    std::vector<float> host(a.size());
+    gpu_->to_host(host.data(), a.data(), a.bytes());
+    return host;
+  }
+
+  // Which matmul path the GPU's rows take: prompt rows, decode rows the fast way, or
+  // decode rows through the batch-invariant plan.
+  enum class Rows { kPrompt, kDecode, kInvariantDecode };
+  static constexpr Rows kAllRows[] = {Rows::kPrompt, Rows::kDecode, Rows::kInvariantDecode};
+  void as_rows(Rows rows, int64_t n) {
+    gpu_->set_batch_invariant(rows == Rows::kInvariantDecode);
+    gpu_->set_decode_rows(rows == Rows::kPrompt ? 0 : n);
+  }
+  static std::string name(Rows rows) {
+    return rows == Rows::kPrompt ? "prompt rows" : rows == Rows::kDecode ? "decode rows" : "invariant decode rows";
+  }
+
+  std::mt19937_64 rng_{std::random_device{}()};
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
+
+// Rows whose floats differ in any bit from `expected`'s (NaN included).
+inline int64_t rows_differing(const std::vector<float>& got, const std::vector<std::vector<float>>& expected, int64_t width,
+                       int64_t ld) {
+  int64_t differing = 0;
+  for (size_t t = 0; t < expected.size(); ++t)
+    differing += std::memcmp(got.data() + static_cast<int64_t>(t) * ld, expected[t].data(),
+                             static_cast<size_t>(width) * sizeof(float)) != 0;
+  return differing;
+}
+
+}  // namespace kettle::cuda_test
