@@ -1,18 +1,68 @@
 // kettle: entry point. Dispatches to one command per file; turns every
-// kettle::Error into a one-line message and a non-zero exit code.
+// kettle::Error into a one-line message and a non-zero exit code. The bare
+// command, or the bare command with serve's options only, serves (the
+// appliance rule): `kettle --port 9000` is `kettle serve --port 9000`.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <new>
+#include <string>
+#include <vector>
 
+#include "build_info.h"  // generated at configure time (cmake/build_info.h.in)
 #include "cli/commands.h"
 #include "util/error.h"
 
+namespace {
+
+bool is_one_of(const char* arg, std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (std::strcmp(arg, name) == 0) return true;
+  return false;
+}
+
+// The arguments with "serve" inserted where the user gave serve's options (or a
+// model folder) without naming a command; `help [command]` becomes `[command] --help`.
+std::vector<std::string> with_default_command(int argc, char** argv, const CLI::App& app) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return args;
+  const char* first = argv[1];
+  if (std::strcmp(first, "help") == 0) {
+    std::vector<std::string> out(args.begin() + 1, args.end());
+    out.emplace_back("--help");
+    return out;
+  }
+  if (is_one_of(first, {"-h", "--help", "--version", "-V"})) return args;
+  bool is_command = false;
+  for (const CLI::App* sub : app.get_subcommands({}))
+    if (sub->get_name() == first) is_command = true;
+  std::error_code ec;
+  if (!is_command && (first[0] == '-' || std::filesystem::is_directory(first, ec))) args.insert(args.begin(), "serve");
+  return args;
+}
+
+std::string version_line() {
+  return fmt::format("kettle {} (commit {}, CUDA {})", KETTLE_VERSION, KETTLE_COMMIT,
+                     KETTLE_BUILT_WITH_CUDA ? "on" : "off");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"kettle: a local LLM inference appliance"};
+  CLI::App app{"kettle: a local LLM inference appliance\n"
+               "  kettle [serve options]   serve (the default command)\n"
+               "  kettle help [command]    a command's flags and their defaults"};
+  app.name("kettle");
   app.require_subcommand(0, 1);  // none: serve with the defaults
+  app.set_version_flag("--version,-V", version_line());
   std::map<CLI::App*, kettle::cli::Action> actions;
   auto add = [&](const char* name, const char* help, kettle::cli::Action (*reg)(CLI::App&)) {
     CLI::App* sub = app.add_subcommand(name, help);
@@ -27,8 +77,10 @@ int main(int argc, char** argv) {
   add("fit", "will a model fit? weights, KV cache and working memory per device, longest context", kettle::cli::register_fit);
   CLI::App* serve = app.get_subcommand("serve");
 
+  std::vector<std::string> args = with_default_command(argc, argv, app);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

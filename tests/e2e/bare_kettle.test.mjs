@@ -44,3 +44,54 @@ test('bare kettle serves the demo model and answers on topic', async () => {
   const code = await new Promise((r) => (proc.exitCode !== null ? r(proc.exitCode) : proc.on('exit', r)));
   assert.equal(code, 0);
 });
+
+// The appliance rule's other half: serve's options without the command serve.
+test('kettle --port N --no-open serves as kettle serve --port N does', async () => {
+  const { freePort } = await import('../support/kettle_server.mjs');
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  let stderr = '';
+  const p = spawn(kettle, ['--port', String(port), '--no-open', '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  p.stderr.on('data', (d) => { stderr += d; });
+  try {
+    let up = false;
+    for (let i = 0; i < 100 && p.exitCode === null && !up; i++) {
+      try { up = (await fetch(`${url}/health`)).ok; } catch { await sleep(100); }
+    }
+    assert.ok(up, `kettle --port ${port} did not come up: ${stderr}`);
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 30000 });
+    const reply = await client.chat.completions.create({
+      model: 'kettle-demo', messages: [{ role: 'user', content: 'What does water mean?' }], max_tokens: 16, seed: 1,
+    });
+    assert.ok(reply.choices[0].message.content.trim().length > 0, 'empty answer');
+  } finally {
+    p.kill('SIGKILL');
+  }
+});
+
+test('kettle --version names the version, the commit built and CUDA on or off', async () => {
+  const { execFileSync, spawnSync } = await import('node:child_process');
+  const out = execFileSync(kettle, ['--version'], { encoding: 'utf8' });
+  const m = out.match(/^kettle (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}|unknown), CUDA (on|off)\)$/m);
+  assert.ok(m, `unexpected --version output: ${out}`);
+  const git = spawnSync('git', ['-C', resolve(testsDir, '..'), 'rev-parse', '--short=12', 'HEAD'], { encoding: 'utf8' });
+  if (git.status === 0 && m[2] !== 'unknown') {
+    // the binary may lag a commit made after its build only in a working checkout; CI builds the clone's HEAD
+    const log = spawnSync('git', ['-C', resolve(testsDir, '..'), 'log', '--format=%h', '--abbrev=12', '-20'], { encoding: 'utf8' });
+    assert.ok(log.stdout.split('\n').includes(m[2]), `--version's commit ${m[2]} is not among the last commits (HEAD ${git.stdout.trim()})`);
+  }
+});
+
+test('kettle help [command] lists the flags; an unknown flag fails naming it', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const top = spawnSync(kettle, ['help'], { encoding: 'utf8' });
+  assert.equal(top.status, 0);
+  for (const cmd of ['serve', 'generate', 'bench', 'fit', 'tokenize', 'render', 'perplexity']) assert.match(top.stdout, new RegExp(`\\b${cmd}\\b`));
+  const serve = spawnSync(kettle, ['help', 'serve'], { encoding: 'utf8' });
+  assert.equal(serve.status, 0);
+  assert.match(serve.stdout, /--port/);
+  assert.match(serve.stdout, /--max-queue/);
+  const bad = spawnSync(kettle, ['--no-such-flag'], { encoding: 'utf8' });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr + bad.stdout, /--no-such-flag/);
+});
