@@ -243,6 +243,12 @@ void Interpreter::exec_set(const SetStmt& s, const std::shared_ptr<Scope>& scope
 
 Value Interpreter::call_callable(const Callable& c, const std::string& name, CallArgs& args,
                                  std::shared_ptr<Scope> parent) {
+  if (call_depth_ >= kMaxCallDepth) fault("macro '{}' recursed more than {} calls deep", name, kMaxCallDepth);
+  ++call_depth_;
+  struct Unwind {
+    int& depth;
+    ~Unwind() { --depth; }
+  } unwind{call_depth_};
   auto scope = std::make_shared<Scope>(std::move(parent));
   std::vector<std::pair<std::string, Value>> kwargs = std::move(args.kwargs);
   std::vector<const Param*> pending_defaults;

@@ -42,6 +42,11 @@ class Interpreter {
   void exec_call_block(const CallBlockStmt& s, const std::shared_ptr<Scope>& scope, std::string& out);
   Value call_callable(const Callable& c, const std::string& name, CallArgs& args, std::shared_ptr<Scope> parent);
 
+  // Macro calls nest at most this deep: a template that recurses without end fails
+  // with a message instead of overflowing the stack.
+  static constexpr int kMaxCallDepth = 200;
+  int call_depth_ = 0;
+
   Value eval_inner(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value eval_member(const MemberExpr& e, const std::shared_ptr<Scope>& scope);
   Value eval_binary(const BinaryExpr& e, const std::shared_ptr<Scope>& scope);

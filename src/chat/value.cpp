@@ -231,7 +231,13 @@ std::string json_string(const std::string& s, bool ensure_ascii) {
   return out + "\"";
 }
 
+// Values nest at most this deep when printed: request JSON is capped far lower
+// (server/json_reader.h), and a template-built list that contains itself ends
+// here with a message instead of overflowing the stack.
+constexpr int kMaxJsonDepth = 256;
+
 void json_into(std::string& out, const Value& v, const JsonOptions& o, int depth, bool undefined_as_null) {
+  if (depth > kMaxJsonDepth) throw RenderFault{fmt::format("tojson: a value nested more than {} levels deep", kMaxJsonDepth)};
   const bool indent = o.indent > 0;
   const std::string item_sep = o.has_separators ? o.item_separator : indent ? "," : ", ";
   const std::string key_sep = o.has_separators ? o.key_separator : ": ";

@@ -1,5 +1,7 @@
 #include "server/request_fields.h"
 
+#include "server/json_reader.h"
+
 #include <fmt/format.h>
 
 namespace kettle::server {
@@ -73,8 +75,7 @@ std::vector<std::string> string_list_field(const ordered_json& body, const char*
 }
 
 ordered_json parse_body(const std::string& body) {
-  ordered_json json = ordered_json::parse(body, nullptr, false);
-  if (json.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  ordered_json json = read_json(body);
   if (!json.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return json;
 }
