@@ -5,7 +5,7 @@
 # prints last.
 #   bash bench/cuda_check.sh [presets...]
 #   KETTLE_PREBUILT=DIR (DIR/bin, DIR/lib: scripts/pack-gpu-bin.sh) skips the build:
-#   the GPU box lacks PCRE2/ICU/httplib development files.
+#   the GPU box lacks PCRE2/ICU development files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/cuda-check-out}; mkdir -p "$out"

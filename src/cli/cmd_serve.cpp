@@ -64,6 +64,10 @@ struct ServeFlags {
   bool no_open = false;
   std::string thinking = "on";
   int max_queue = 64;
+  int max_connections = 4096;
+  std::vector<std::string> api_keys;
+  std::vector<std::string> cors_origins;
+  std::vector<std::string> allowed_hosts;
   double drain_seconds = 10.0;
   double prompt_cache_gb = 8.0;
   int batch = 8;
@@ -151,6 +155,10 @@ int run_serve(const ServeFlags& flags) {
   config.max_queue = flags.max_queue;
   config.batch = flags.batch;
   config.default_max_tokens = flags.max_tokens;
+  config.http.max_connections = flags.max_connections;
+  config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
+  for (const std::string& key : flags.api_keys)
+    if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
   config.sampling = flags.sampling.resolve(model.generation);
 
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
@@ -168,6 +176,9 @@ int run_serve(const ServeFlags& flags) {
   server::EngineWorker engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
+  if (flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
+    log::warn("serve: listening on {} without an API key: anyone who can reach this address can use the model "
+              "(set --api-key or KETTLE_API_KEY)", flags.host);
 
   std::thread signal_thread([&] {
     int signal = wait_for_signal();
@@ -234,6 +245,19 @@ Action register_serve(CLI::App& app) {
   app.add_option("--prompt-cache", f->prompt_cache_gb,
                  "GB of KV blocks kept (inside the --kv-budget pool) for requests that share a prefix; 0 disables")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--api-key", f->api_keys,
+                 "a key clients must send (Authorization: Bearer KEY or x-api-key: KEY) on every route but / and "
+                 "/health; repeat for several keys (each its own prefix-cache scope)")
+      ->envname("KETTLE_API_KEY");
+  app.add_option("--cors-origin", f->cors_origins,
+                 "a browser origin (e.g. https://app.example) allowed to call the API besides the chat page's own; "
+                 "'*' allows any; repeatable");
+  app.add_option("--allowed-host", f->allowed_hosts,
+                 "a Host name clients may use besides loopback names and --host (DNS-rebinding guard); repeatable");
+  app.add_option("--max-connections", f->max_connections,
+                 "open connections at most; more are answered 503 at once")
+      ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();
   f->tensor_parallel.add_to(app);
   f->threads.add_to(app);

@@ -25,7 +25,7 @@ void PrefixCache::set_leaf(Node& node, bool leaf) {
 }
 
 void PrefixCache::touch(Node& node) {
-  const bool leaf = node.children.empty() && &node != &root_;
+  const bool leaf = node.children.empty() && node.parent;
   if (leaf) set_leaf(node, false);
   node.used = ++clock_;
   if (leaf) set_leaf(node, true);
@@ -43,11 +43,13 @@ bool PrefixCache::usable_window(const std::vector<Node*>& path, size_t blocks) c
   return true;
 }
 
-PrefixCache::Match PrefixCache::match(std::span<const int32_t> prompt) {
+PrefixCache::Match PrefixCache::match(std::span<const int32_t> prompt, uint64_t scope) {
   ++lookups_;
   const auto bs = static_cast<size_t>(pool_.block_size());
   std::vector<Node*> path;
-  Node* node = &root_;
+  auto root = roots_.find(scope);
+  if (root == roots_.end()) return {};
+  Node* node = &root->second;
   std::vector<int32_t> key(bs);
   // One prompt token always runs, so at most (size - 1) / bs whole blocks.
   while (prompt.size() > 0 && (path.size() + 1) * bs <= prompt.size() - 1) {
@@ -72,18 +74,20 @@ PrefixCache::Match PrefixCache::match(std::span<const int32_t> prompt) {
   return m;
 }
 
-void PrefixCache::insert(std::span<const int32_t> tokens, const KvCache& kv) {
+void PrefixCache::insert(std::span<const int32_t> tokens, const KvCache& kv, uint64_t scope) {
   if (capacity_ == 0) return;
   const auto bs = static_cast<size_t>(pool_.block_size());
   const size_t blocks = std::min(tokens.size(), static_cast<size_t>(kv.length())) / bs;
-  Node* node = &root_;
+  if (blocks == 0) return;
+  Node* node = &roots_[scope];
+  node->scope = scope;
   for (size_t b = 0; b < blocks; ++b) {
     std::vector<int32_t> key(tokens.begin() + static_cast<std::ptrdiff_t>(b * bs),
                              tokens.begin() + static_cast<std::ptrdiff_t>((b + 1) * bs));
     auto it = node->children.find(key);
     Node* child = nullptr;
     if (it == node->children.end()) {
-      if (node != &root_ && node->children.empty()) set_leaf(*node, false);
+      if (node->parent && node->children.empty()) set_leaf(*node, false);
       auto created = std::make_unique<Node>();
       created->parent = node;
       created->tokens = key;
@@ -118,7 +122,8 @@ void PrefixCache::drop(Node& node) {
   Node* parent = node.parent;
   const std::vector<int32_t> key = node.tokens;
   parent->children.erase(key);  // destroys node
-  if (parent != &root_ && parent->children.empty()) set_leaf(*parent, true);
+  if (parent->parent && parent->children.empty()) set_leaf(*parent, true);
+  if (!parent->parent && parent->children.empty()) roots_.erase(parent->scope);
 }
 
 bool PrefixCache::evict_one() {

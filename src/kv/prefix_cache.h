@@ -6,7 +6,10 @@
 // running) adopts them instead of prefilling. Matching always leaves at least
 // one prompt token to run (its logits start the generation). Least recently
 // used leaves are evicted past the byte cap, and whenever the pool runs out of
-// free blocks (the pool's reclaimer).
+// free blocks (the pool's reclaimer). Each scope (an API key and a request's
+// cache_salt, hashed by the server) has its own tree: requests share cached
+// blocks only within their scope, so `cached_tokens` tells a client nothing
+// about another scope's prompts.
 #pragma once
 
 #include <array>
@@ -47,10 +50,10 @@ class PrefixCache {
   };
   // The longest cached block-aligned prefix of `prompt` whose blocks a continuation can
   // use (sliding-window layers: the window before it still held). Counts a lookup.
-  Match match(std::span<const int32_t> prompt);
+  Match match(std::span<const int32_t> prompt, uint64_t scope = 0);
 
   // Records the whole blocks of `tokens`, whose KV `kv` holds (tokens.size() <= kv.length()).
-  void insert(std::span<const int32_t> tokens, const KvCache& kv);
+  void insert(std::span<const int32_t> tokens, const KvCache& kv, uint64_t scope = 0);
 
   // Evicts the least recently used leaf; false when there is none.
   bool evict_one();
@@ -61,7 +64,8 @@ class PrefixCache {
 
  private:
   struct Node {
-    Node* parent = nullptr;
+    Node* parent = nullptr;                          // nullptr: a scope's root
+    uint64_t scope = 0;                              // roots only
     std::vector<int32_t> tokens;                     // this block's tokens
     std::array<int32_t, KvPool::kKinds> block{};     // 0: none held
     std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
@@ -75,7 +79,7 @@ class PrefixCache {
 
   KvPool& pool_;
   size_t capacity_;
-  Node root_;
+  std::map<uint64_t, Node> roots_;  // one tree per scope; a root without children is dropped
   std::set<std::pair<uint64_t, Node*>> leaves_;  // by last use
   uint64_t clock_ = 0;
   size_t bytes_ = 0;

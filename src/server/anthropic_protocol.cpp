@@ -150,18 +150,22 @@ CompletionParams parse_anthropic_request(const ordered_json& body, const Request
   }
   if (const ordered_json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
     bad_field("metadata", "an object");
+  p.cache_salt = cache_salt_field(body);
   return p;
 }
 
 std::string anthropic_error_body(const ApiError& error) {
   const int s = error.status();
   std::string type = s == 404   ? "not_found_error"
+                     : s == 401 ? "authentication_error"
+                     : s == 403 ? "permission_error"
                      : s == 413 ? "request_too_large"
                      : s == 429 ? "rate_limit_error"
                      : s == 503 ? "overloaded_error"
                      : s >= 500 ? "api_error"
                                 : "invalid_request_error";
-  return json{{"type", "error"}, {"error", {{"type", type}, {"message", error.what()}}}}.dump();
+  return json{{"type", "error"}, {"error", {{"type", type}, {"message", error.what()}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);  // a message may quote a client's bytes
 }
 
 namespace {
@@ -233,7 +237,7 @@ class AnthropicFormat : public ResponseFormat {
       out += event("content_block_delta",
                    {{"type", "content_block_delta"},
                     {"index", index_},
-                    {"delta", {{"type", "input_json_delta"}, {"partial_json", tool_input(call).dump()}}}});
+                    {"delta", {{"type", "input_json_delta"}, {"partial_json", tool_input(call).dump(-1, ' ', false, json::error_handler_t::replace)}}}});
       open_ = Block::kToolUse;
       out += close_block();
     }

@@ -36,6 +36,7 @@ struct CompletionParams {
   bool stream = false;
   bool include_usage = false;
   bool ignore_eos = false;          // vLLM's extension: keep going past end-of-sequence ids
+  std::string cache_salt;           // vLLM's extension: prefix-cache sharing only with the same salt
 };
 
 }  // namespace kettle::server

@@ -222,7 +222,7 @@ std::unique_ptr<EngineWorker::Sequence> EngineWorker::start(Job job) {
   KvCache kv = runner_->new_cache();
   if (prefix_cache_) {
     std::lock_guard lock(mutex_);
-    PrefixCache::Match hit = prefix_cache_->match(job.prompt);
+    PrefixCache::Match hit = prefix_cache_->match(job.prompt, job.cache_scope);
     if (hit.tokens > 0) kv.adopt(hit.blocks, hit.tokens);
   }
   auto seq = std::make_unique<Sequence>(std::move(job), std::move(kv), tokenizer_);
@@ -313,7 +313,7 @@ void EngineWorker::remember_prefix(const Sequence& seq, int64_t tokens) {
   known.insert(known.end(), seq.output.begin(), seq.output.end());
   known.resize(static_cast<size_t>(std::min<int64_t>(tokens, static_cast<int64_t>(known.size()))));
   std::lock_guard lock(mutex_);
-  prefix_cache_->insert(known, seq.kv);
+  prefix_cache_->insert(known, seq.kv, seq.job.cache_scope);
 }
 
 void EngineWorker::emit(Sequence& seq, std::string text, std::vector<TokenLogprob> logprobs) {

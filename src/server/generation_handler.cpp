@@ -3,16 +3,13 @@
 // admit it (or 429 when the queue is full), hand it to the engine, and relay
 // the engine's events through a TurnBuilder (reasoning and tool calls parsed
 // out) into the protocol's ResponseFormat — whole, or as server-sent events.
-// A client that goes away cancels its generation: a failed write while
-// streaming, a hang-up seen by ConnectionWatch while a whole response waits.
-#include <httplib.h>
-
+// A client that goes away cancels its generation: the event loop sees its
+// hang-up (or a failed write) and the exchange reports the client gone.
 #include <chrono>
 #include <ctime>
 #include <random>
 
 #include "server/anthropic_protocol.h"
-#include "server/connection_watch.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
@@ -69,14 +66,16 @@ std::unique_ptr<ResponseFormat> HttpServer::response_format(Api api, const Compl
   return make_anthropic_format(random_id("msg_"), config_.model_id);
 }
 
-void HttpServer::reply_error(httplib::Response& res, Api api, const ApiError& error, const char* route) {
-  res.status = error.status();
-  res.set_content(api == Api::kMessages ? anthropic_error_body(error) : openai_error_body(error), "application/json");
-  if (error.status() == 429) res.set_header("Retry-After", "1");
+void HttpServer::reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route) {
+  http::Response r(error.status(), "application/json",
+                   api == Api::kMessages ? anthropic_error_body(error) : openai_error_body(error));
+  if (error.status() == 429 || error.status() == 503) r.set_header("Retry-After", "1");
+  if (error.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
   metrics_.record_request(route, error.status());
+  exchange.reply(std::move(r));
 }
 
-HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
+HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int key_index) {
   if (draining_) throw ApiError(503, "the server is shutting down");
   Prepared p;
   p.api = api;
@@ -149,115 +148,97 @@ HttpServer::Prepared HttpServer::prepare(const httplib::Request& req, Api api) {
   p.job.sampling = params.sampling;
   p.job.stop = params.stop;
   p.job.ignore_eos = params.ignore_eos;
+  // Cached prefixes are shared only between requests of one key and one cache_salt.
+  if (key_index != 0 || !params.cache_salt.empty())
+    p.job.cache_scope = std::hash<std::string>{}(fmt::format("{}\x1f{}", key_index, params.cache_salt)) | 1;
   p.job.channel = std::make_shared<EventChannel>();
   p.format = response_format(api, params);
   return p;
 }
 
-void HttpServer::handle_generation(const httplib::Request& req, httplib::Response& res, Api api) {
+void HttpServer::handle_generation(http::Exchange& exchange, Api api, int key_index) {
   Prepared prepared;
   try {
-    prepared = prepare(req, api);
+    prepared = prepare(exchange.request(), api, key_index);
   } catch (const ApiError& e) {
-    return reply_error(res, api, e, route_of(static_cast<int>(api)));
+    return reply_error(exchange, api, e, route_of(static_cast<int>(api)));
   } catch (const Error& e) {
-    return reply_error(res, api, ApiError(e.http_status(), e.what()), route_of(static_cast<int>(api)));
+    return reply_error(exchange, api, ApiError(e.http_status(), e.what()), route_of(static_cast<int>(api)));
   }
   request_began();
+  struct Ended {
+    HttpServer* server;
+    ~Ended() { server->request_ended(); }
+  } ended{this};
   engine_.submit(prepared.job);  // the job keeps its channel; prepared keeps a reference to it
-  if (prepared.params.stream) return reply_stream(res, std::move(prepared));
-  reply_whole(req, res, prepared);
-  request_ended();
+  if (prepared.params.stream) return reply_stream(exchange, prepared);
+  reply_whole(exchange, prepared);
 }
 
-void HttpServer::reply_whole(const httplib::Request& req, httplib::Response& res, Prepared& p) {
+void HttpServer::reply_whole(http::Exchange& exchange, Prepared& p) {
   EventChannel& channel = *p.job.channel;
   TurnBuilder builder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_");
-  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   Turn turn;
-  auto next_check = Clock::now();
   for (;;) {
-    if (Clock::now() >= next_check) {  // every 200 ms, whether or not tokens are flowing
-      if (!channel.cancelled() && watch.peer_closed()) channel.cancel();  // stop within one decode step
-      next_check = Clock::now() + 200ms;
-    }
-    std::optional<Event> e = channel.pop(200ms);
+    // Every 100 ms, whether or not tokens are flowing: a client that left stops its generation.
+    if (!channel.cancelled() && exchange.client_gone()) channel.cancel();
+    std::optional<Event> e = channel.pop(100ms);
     if (!e) continue;
     if (e->kind == Event::Kind::kText) {
       turn.add(builder.push(*e));
     } else if (e->kind == Event::Kind::kDone) {
       turn.add(builder.finish());
-      res.set_content(p.format->full_response(turn, builder.end(*e)), "application/json");
+      exchange.reply(http::Response(200, "application/json", p.format->full_response(turn, builder.end(*e))));
       metrics_.record_request(p.route, 200);
       metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
                                  e->queue_seconds + e->prefill_seconds);
       return;
     } else {
       const int status = draining_ ? 503 : channel.cancelled() ? kClientClosed : 500;
-      res.status = status;
-      res.set_content(p.format->error_body(ApiError(status, e->text)), "application/json");
+      exchange.reply(http::Response(status, "application/json", p.format->error_body(ApiError(status, e->text))));
       metrics_.record_request(p.route, status);
       return;
     }
   }
 }
 
-namespace {
-
-// State of one streamed response, shared by the provider calls and the releaser.
-struct Stream {
-  std::unique_ptr<ResponseFormat> format;
-  TurnBuilder builder;
-  std::shared_ptr<EventChannel> channel;
-  int64_t prompt_tokens = 0;
-  bool started = false;
-  bool finished = false;
-};
-
-}  // namespace
-
-void HttpServer::reply_stream(httplib::Response& res, Prepared p) {
-  auto stream = std::make_shared<Stream>(Stream{std::move(p.format), TurnBuilder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_"),
-                                                p.job.channel, static_cast<int64_t>(p.job.prompt.size())});
-  const char* route = p.route;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, stream, route](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& s) {
-          if (s.empty() || sink.write(s.data(), s.size())) return true;
-          stream->channel->cancel();  // the client went away: stop within one decode step
-          return false;
-        };
-        if (!stream->started) {
-          stream->started = true;
-          return write(stream->format->stream_start(stream->prompt_tokens));
-        }
-        std::optional<Event> e = stream->channel->pop(200ms);
-        if (!e) return true;
-        if (e->kind == Event::Kind::kText) return write(stream->format->stream_delta(stream->builder.push(*e)));
-        stream->finished = true;
-        if (e->kind == Event::Kind::kError) {
-          const int status = draining_ ? 503 : 500;
-          metrics_.record_request(route, stream->channel->cancelled() && !draining_ ? kClientClosed : status);
-          write(stream->format->stream_error(ApiError(status, e->text)));
-          sink.done();
-          return true;
-        }
-        std::string tail = stream->format->stream_delta(stream->builder.finish());
-        tail += stream->format->stream_finish(stream->builder.end(*e));
-        metrics_.record_request(route, 200);
-        metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
-                                   e->queue_seconds + e->prefill_seconds);
-        if (!write(tail)) return false;
-        sink.done();
-        return true;
-      },
-      [this, stream, route](bool) {
-        stream->channel->cancel();  // harmless once done; stops a generation whose response was abandoned
-        if (!stream->finished) metrics_.record_request(route, kClientClosed);
-        request_ended();
-      });
+void HttpServer::reply_stream(http::Exchange& exchange, Prepared& p) {
+  EventChannel& channel = *p.job.channel;
+  TurnBuilder builder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_");
+  http::Response head(200, "text/event-stream", "");
+  head.set_header("Cache-Control", "no-cache");
+  exchange.start_stream(std::move(head));
+  auto write = [&](const std::string& s) {
+    if (exchange.write(s)) return true;
+    channel.cancel();  // the client went away: stop within one decode step
+    metrics_.record_request(p.route, kClientClosed);
+    return false;
+  };
+  if (!write(p.format->stream_start(static_cast<int64_t>(p.job.prompt.size())))) return;
+  for (;;) {
+    std::optional<Event> e = channel.pop(100ms);
+    if (!e) {
+      if (exchange.client_gone()) return (void)write("");
+      continue;
+    }
+    if (e->kind == Event::Kind::kText) {
+      if (!write(p.format->stream_delta(builder.push(*e)))) return;
+      continue;
+    }
+    if (e->kind == Event::Kind::kError) {
+      const int status = draining_ ? 503 : 500;
+      metrics_.record_request(p.route, channel.cancelled() && !draining_ ? kClientClosed : status);
+      exchange.write(p.format->stream_error(ApiError(status, e->text)));
+      return exchange.finish();
+    }
+    std::string tail = p.format->stream_delta(builder.finish());
+    tail += p.format->stream_finish(builder.end(*e));
+    metrics_.record_request(p.route, 200);
+    metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
+                               e->queue_seconds + e->prefill_seconds);
+    if (write(tail)) exchange.finish();
+    return;
+  }
 }
 
 }  // namespace kettle::server

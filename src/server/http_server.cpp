@@ -1,13 +1,12 @@
 // Routes (the chat page, /health, /stats, /metrics, /admin/cache/flush,
-// /v1/models) and cross-cutting HTTP behaviour: CORS (any origin may call, as
-// llama-server and vLLM allow by default; preflight answered), errors
-// cpp-httplib raises itself in the OpenAI shape, and the drain on shutdown.
-// Generation routes live in generation_handler.cpp.
+// /v1/models, the generation routes) and what every route shares: access
+// (Host, Origin, API key, admin from loopback), 404 and 405 with Allow, CORS
+// preflight, security headers, errors in the OpenAI shape, and the drain on
+// shutdown. Generation routes live in generation_handler.cpp.
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <chrono>
+#include <functional>
 
 #include "server/openai_protocol.h"
 #include "util/error.h"
@@ -18,94 +17,138 @@ namespace kettle::server {
 
 using namespace std::chrono_literals;
 
+namespace {
+
+// What each route answers to; the page and /health need no key.
+struct RouteSpec {
+  const char* path;
+  const char* method;
+  bool open;
+};
+constexpr RouteSpec kRoutes[] = {
+    {"/", "GET", true},
+    {"/health", "GET", true},
+    {"/stats", "GET", false},
+    {"/metrics", "GET", false},
+    {"/v1/models", "GET", false},
+    {"/admin/cache/flush", "POST", false},
+    {"/v1/chat/completions", "POST", false},
+    {"/v1/completions", "POST", false},
+    {"/v1/messages", "POST", false},
+};
+
+const RouteSpec* find_route(const std::string& path) {
+  for (const RouteSpec& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+
+http::Response json_response(int status, std::string body) { return http::Response(status, "application/json", std::move(body)); }
+
+http::Response error_response(const ApiError& e) {
+  http::Response r = json_response(e.status(), openai_error_body(e));
+  if (e.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
+  if (e.status() == 429 || e.status() == 503) r.set_header("Retry-After", "1");
+  return r;
+}
+
+// The page runs only its own inline code, talks only to this server, and is never framed.
+void add_page_headers(http::Response& r) {
+  r.set_header("Content-Security-Policy",
+               "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+               "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+  r.set_header("X-Frame-Options", "DENY");
+  r.set_header("Referrer-Policy", "no-referrer");
+}
+
+}  // namespace
+
 HttpServer::HttpServer(ServerConfig config, const Tokenizer& tokenizer, const ChatTemplate* chat_template,
                        EngineWorker& engine)
     : config_(std::move(config)),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       engine_(engine),
-      http_(std::make_unique<httplib::Server>()) {
-  routes();
-}
+      access_(config_.access),
+      events_(
+          config_.http, [this](std::shared_ptr<http::Exchange> exchange) { route(exchange); },
+          [](int status, const std::string& message) { return openai_error_body(ApiError(status, message)); }),
+      // A generation holds its thread until it ends: threads for every running and queued
+      // one, plus some for the admin routes, so the queue bound (429) is reached first.
+      workers_(config_.batch + config_.max_queue + 8) {}
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::bind(const std::string& host, int port) {
-  if (!http_->bind_to_port(host.c_str(), port))
-    fail(ErrorCategory::kInvalidArgument, "serve: cannot listen on {}:{} (in use, or not an address of this machine)",
-         host, port);
-  port_ = port;
+void HttpServer::bind(const std::string& host, int port) { events_.bind(host, port); }
+
+void HttpServer::listen() { events_.run(); }
+
+void HttpServer::route(const std::shared_ptr<http::Exchange>& exchange) {
+  http::Exchange& ex = *exchange;
+  const http::Request& req = ex.request();
+  ex.add_header("X-Content-Type-Options", "nosniff");
+  const RouteSpec* spec = find_route(req.path);
+  try {
+    access_.check_site(req);
+    for (http::Header& h : access_.cors_headers(req)) ex.add_header(std::move(h.name), std::move(h.value));
+    if (req.method == "OPTIONS") {  // CORS preflight (an allowed origin: check_site passed)
+      http::Response r(204, "text/plain", "");
+      r.set_header("Access-Control-Allow-Methods", spec ? fmt::format("{}, OPTIONS", spec->method) : "GET, POST, OPTIONS");
+      r.set_header("Access-Control-Allow-Headers",
+                   "Content-Type, Authorization, X-Api-Key, Anthropic-Version, Anthropic-Beta, OpenAI-Organization, "
+                   "X-Stainless-Lang, X-Stainless-Package-Version, X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, "
+                   "X-Stainless-Runtime-Version, X-Stainless-Retry-Count, X-Stainless-Timeout");
+      r.set_header("Access-Control-Max-Age", "86400");
+      return ex.reply(std::move(r));
+    }
+    if (!spec) throw ApiError(404, fmt::format("no route for {} {}", req.method, req.path));
+    const bool head_of_get = req.method == "HEAD" && std::string_view(spec->method) == "GET";
+    if (req.method != spec->method && !head_of_get) {
+      http::Response r = error_response(ApiError(405, fmt::format("{} takes {}, not {}", spec->path, spec->method, req.method)));
+      r.set_header("Allow", std::string(spec->method) + (std::string_view(spec->method) == "GET" ? ", HEAD" : ""));
+      return ex.reply(std::move(r));
+    }
+    const int key_index = spec->open ? 0 : access_.authenticate(req);
+    const std::string path = spec->path;
+    if (path.rfind("/admin/", 0) == 0) access_.check_admin(req);
+    const bool generation = path.rfind("/v1/", 0) == 0 && path != "/v1/models";
+    if (!generation && path != "/admin/cache/flush") return answer_quick(ex, path);
+    const Api api = path == "/v1/chat/completions" ? Api::kChat : path == "/v1/completions" ? Api::kCompletion : Api::kMessages;
+    std::shared_ptr<http::Exchange> held = exchange;
+    auto task = [this, held, generation, api, key_index, path] {
+      try {
+        if (generation) return handle_generation(*held, api, key_index);
+        held->reply(json_response(200, nlohmann::json{{"flushed_entries", engine_.flush_prefix_cache()}}.dump()));
+      } catch (const std::exception& e) {
+        held->reply(error_response(ApiError(500, e.what())));
+      }
+    };
+    if (!workers_.try_run(std::move(task)))
+      throw ApiError(503, "the server is busy: every request thread is taken; retry shortly");
+  } catch (const ApiError& e) {
+    if (spec && std::string_view(spec->path) == "/v1/messages") return reply_error(ex, Api::kMessages, e, spec->path);
+    ex.reply(error_response(e));
+  }
 }
 
-void HttpServer::listen() { http_->listen_after_bind(); }
-
-void HttpServer::routes() {
-  // A generation holds its HTTP thread until it ends: threads for every running and
-  // queued one, plus some for the quick routes, so the queue bound (429) is reached
-  // before requests wait unseen in httplib's own queue.
-  const size_t threads = static_cast<size_t>(config_.batch + config_.max_queue + 8);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(config_.max_body_bytes);
-  http_->set_default_headers({{"Access-Control-Allow-Origin", "*"}});
-  http_->Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers",
-                   "Content-Type, Authorization, X-Api-Key, Anthropic-Version, Anthropic-Beta, OpenAI-Organization");
-    res.set_header("Access-Control-Max-Age", "86400");
-    res.status = 204;
-  });
-  // Errors httplib raises itself (413, 404 for unknown paths, 400 for bad HTTP) get the OpenAI shape too.
-  const size_t max_body = config_.max_body_bytes;
-  http_->set_error_handler(
-      httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string message = res.status == 413 ? fmt::format("the request body is larger than the server accepts ({} bytes)", max_body)
-                              : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
-                                                  : fmt::format("HTTP error {}", res.status);
-        res.set_content(openai_error_body(ApiError(res.status, message)), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string message = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-    }
-    res.status = 500;
-    res.set_content(openai_error_body(ApiError(500, message)), "application/json");
-  });
-  http_->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(web::kIndexHtml.data(), web::kIndexHtml.size(), "text/html; charset=utf-8");
-  });
-  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  http_->Get("/stats", [this](const httplib::Request&, httplib::Response& res) {
+void HttpServer::answer_quick(http::Exchange& ex, const std::string& path) {
+  if (path == "/") {
+    http::Response r(200, "text/html; charset=utf-8", std::string(web::kIndexHtml));
+    add_page_headers(r);
+    return ex.reply(std::move(r));
+  }
+  if (path == "/health") return ex.reply(json_response(200, draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})"));
+  if (path == "/stats") {
     nlohmann::json stats = metrics_.stats(engine_.load(), config_.model_id);
     stats["context_length"] = config_.context_length;
-    res.set_content(stats.dump(), "application/json");
-  });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.prometheus(engine_.load(), config_.model_id), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http_->Post("/admin/cache/flush", [this](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json body = {{"flushed_entries", engine_.flush_prefix_cache()}};
-    res.set_content(body.dump(), "application/json");
-  });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(openai_model_list(config_.model_id, 0).dump(), "application/json");
-  });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Api::kChat);
-  });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Api::kCompletion);
-  });
-  http_->Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Api::kMessages);
-  });
+    const http::ServerCounters c = events_.counters();
+    stats["connections"] = {{"open", c.open}, {"accepted", c.accepted}, {"refused", c.refused}, {"timed_out", c.timed_out}};
+    return ex.reply(json_response(200, stats.dump()));
+  }
+  if (path == "/metrics")
+    return ex.reply(http::Response(200, "text/plain; version=0.0.4; charset=utf-8",
+                                   metrics_.prometheus(engine_.load(), config_.model_id)));
+  ex.reply(json_response(200, openai_model_list(config_.model_id, 0).dump()));  // /v1/models
 }
 
 void HttpServer::request_began() {
@@ -123,6 +166,7 @@ void HttpServer::request_ended() {
 
 void HttpServer::shutdown(double drain_seconds) {
   draining_ = true;
+  events_.drain();  // no new connections; idle keep-alive ones closed now
   auto idle = [&] { return active_ == 0; };
   std::unique_lock lock(active_mutex_);
   if (!active_changed_.wait_for(lock, std::chrono::duration<double>(drain_seconds), idle)) {
@@ -131,7 +175,7 @@ void HttpServer::shutdown(double drain_seconds) {
     active_changed_.wait_for(lock, 5s, idle);
   }
   lock.unlock();
-  http_->stop();
+  events_.stop();
 }
 
 }  // namespace kettle::server

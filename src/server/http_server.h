@@ -1,7 +1,9 @@
-// HttpServer: the HTTP front (cpp-httplib) — OpenAI routes, the Anthropic
-// Messages route, /health, /stats, /metrics and the chat page. Handler threads
-// turn requests into Jobs for the EngineWorker and relay its events as JSON or
-// server-sent events; shutdown() drains in-flight requests before stopping.
+// HttpServer: the routes over the event-driven HTTP layer (server/http/) —
+// OpenAI routes, the Anthropic Messages route, /health, /stats, /metrics,
+// /admin and the chat page. Quick routes answer on the event loop; generations
+// run on a bounded pool of threads that turn requests into Jobs for the
+// EngineWorker and relay its events as JSON or server-sent events. shutdown()
+// drains in-flight requests before stopping.
 #pragma once
 
 #include <atomic>
@@ -15,17 +17,14 @@
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
 #include "engine/sampler.h"
+#include "server/access_policy.h"
 #include "server/completion_params.h"
 #include "server/engine_worker.h"
+#include "server/http/event_server.h"
+#include "server/http/worker_pool.h"
 #include "server/metrics.h"
 #include "server/response_format.h"
 #include "tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace kettle::server {
 
@@ -38,7 +37,8 @@ struct ServerConfig {
   bool thinking = true;            // enable_thinking for templates that read it, unless a request says
   int max_queue = 64;              // generations waiting past this many: 429
   int batch = 8;                   // generations the engine runs at once (sizes the HTTP thread pool)
-  size_t max_body_bytes = 8u << 20;
+  http::ServerLimits http;          // connections, deadlines, head and body sizes
+  AccessConfig access;              // API keys, CORS origins, Host names
 };
 
 class HttpServer {
@@ -50,7 +50,7 @@ class HttpServer {
 
   // Binds (throws kettle::Error naming host:port on failure); then listen() blocks until shutdown().
   void bind(const std::string& host, int port);
-  int port() const { return port_; }
+  int port() const { return events_.port(); }
   void listen();
   // Refuses new generations, waits up to drain_seconds for the in-flight ones,
   // cancels what is left with an error event, then stops the listener.
@@ -60,13 +60,14 @@ class HttpServer {
   enum class Api { kChat, kCompletion, kMessages };
   struct Prepared;  // a checked request, its prompt ids and how to read its output
 
-  void routes();
-  void handle_generation(const httplib::Request& req, httplib::Response& res, Api api);
-  Prepared prepare(const httplib::Request& req, Api api);
+  void route(const std::shared_ptr<http::Exchange>& exchange);  // on the event loop
+  void answer_quick(http::Exchange& exchange, const std::string& path);
+  void handle_generation(http::Exchange& exchange, Api api, int key_index);
+  Prepared prepare(const http::Request& req, Api api, int key_index);
   std::unique_ptr<ResponseFormat> response_format(Api api, const CompletionParams& params) const;
-  void reply_whole(const httplib::Request& req, httplib::Response& res, Prepared& prepared);
-  void reply_stream(httplib::Response& res, Prepared prepared);
-  void reply_error(httplib::Response& res, Api api, const ApiError& error, const char* route);
+  void reply_whole(http::Exchange& exchange, Prepared& prepared);
+  void reply_stream(http::Exchange& exchange, Prepared& prepared);
+  void reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route);
   void request_began();
   void request_ended();
 
@@ -74,9 +75,10 @@ class HttpServer {
   const Tokenizer& tokenizer_;
   const ChatTemplate* chat_template_;
   EngineWorker& engine_;
-  std::unique_ptr<httplib::Server> http_;
+  AccessPolicy access_;
   Metrics metrics_;
-  int port_ = 0;
+  http::EventServer events_;
+  http::WorkerPool workers_;
   std::mutex prompt_mutex_;  // render + encode, from any handler thread
   std::mutex active_mutex_;
   std::condition_variable active_changed_;

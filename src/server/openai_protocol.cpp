@@ -198,11 +198,14 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
     p.include_usage = bool_field(*options, "include_usage").value_or(false);
   }
   string_field(body, "user");  // accepted (checked, then ignored)
+  p.cache_salt = cache_salt_field(body);
   return p;
 }
 
 std::string openai_error_body(const ApiError& error) {
   std::string type = error.status() == 404   ? "not_found_error"
+                     : error.status() == 401 ? "authentication_error"
+                     : error.status() == 403 ? "permission_error"
                      : error.status() == 429 ? "rate_limit_error"
                      : error.status() >= 500 ? "server_error"
                                              : "invalid_request_error";
@@ -211,7 +214,7 @@ std::string openai_error_body(const ApiError& error) {
                  {"type", type},
                  {"param", error.param().empty() ? json(nullptr) : json(error.param())},
                  {"code", error.code().empty() ? json(nullptr) : json(error.code())}}}};
-  return body.dump();
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);  // a message may quote a client's bytes
 }
 
 json openai_model_list(const std::string& model_id, int64_t created) {

@@ -74,6 +74,7 @@ struct Job {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (the eos ids always stop)
   bool ignore_eos = false;
+  uint64_t cache_scope = 0;  // prefix-cache sharing only within one scope (API key + cache_salt)
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
   size_t kv_reserved = 0;  // set by the engine on admission
   std::shared_ptr<EventChannel> channel;

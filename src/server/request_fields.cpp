@@ -74,6 +74,12 @@ std::vector<std::string> string_list_field(const ordered_json& body, const char*
   return out;
 }
 
+std::string cache_salt_field(const ordered_json& body) {
+  std::optional<std::string> salt = string_field(body, "cache_salt");
+  if (salt && (salt->empty() || salt->size() > 256)) bad_field("cache_salt", "a string of 1 to 256 bytes");
+  return salt.value_or("");
+}
+
 ordered_json parse_body(const std::string& body) {
   ordered_json json = read_json(body);
   if (!json.is_object()) throw ApiError(400, "the request body must be a JSON object");

@@ -32,6 +32,9 @@ std::optional<std::string> string_field(const ordered_json& body, const char* na
 // A string or an array of at most `max_count` strings (OpenAI `stop`, Anthropic `stop_sequences`).
 std::vector<std::string> string_list_field(const ordered_json& body, const char* name, size_t max_count);
 
+// `cache_salt` (vLLM's field, any API): a non-empty string of at most 256 bytes, or absent.
+std::string cache_salt_field(const ordered_json& body);
+
 // Parses a request body into a JSON object; anything else is ApiError 400.
 ordered_json parse_body(const std::string& body);
 

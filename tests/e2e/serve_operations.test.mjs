@@ -53,17 +53,38 @@ test('/stats and /metrics count what the clients were told', async () => {
     sample(text, 'kettle_time_to_first_token_seconds_count'));
 });
 
-test('CORS: preflight is answered and responses allow any origin', async () => {
+test('CORS: the chat page origin passes; another origin is refused unless --cors-origin names it', async () => {
+  const own = await fetch(`${server.base}/v1/models`, { headers: { origin: server.base } });
+  assert.equal(own.status, 200);
   const pre = await fetch(`${server.base}/v1/chat/completions`, {
     method: 'OPTIONS',
     headers: { origin: 'http://example.test', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,authorization' },
   });
-  assert.equal(pre.status, 204);
-  assert.equal(pre.headers.get('access-control-allow-origin'), '*');
-  assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
-  assert.match(pre.headers.get('access-control-allow-headers'), /Authorization/i);
-  const r = await fetch(`${server.base}/v1/models`, { headers: { origin: 'http://example.test' } });
-  assert.equal(r.headers.get('access-control-allow-origin'), '*');
+  assert.equal(pre.status, 403);
+  assert.equal(pre.headers.get('access-control-allow-origin'), null);
+  // a simple (no-preflight) text/plain POST from another site is refused before it runs
+  const simple = await fetch(`${server.base}/v1/completions`, {
+    method: 'POST', headers: { origin: 'http://example.test', 'content-type': 'text/plain' }, body: '{"prompt":"hi","max_tokens":1}',
+  });
+  assert.equal(simple.status, 403);
+  assert.match((await simple.json()).error.message, /example\.test/);
+  const allowed = await startServer(['--cors-origin', 'http://example.test']);
+  try {
+    const ok = await fetch(`${allowed.base}/v1/chat/completions`, {
+      method: 'OPTIONS',
+      headers: { origin: 'http://example.test', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,authorization' },
+    });
+    assert.equal(ok.status, 204);
+    assert.equal(ok.headers.get('access-control-allow-origin'), 'http://example.test');
+    assert.match(ok.headers.get('access-control-allow-methods'), /POST/);
+    assert.match(ok.headers.get('access-control-allow-headers'), /Authorization/i);
+    const r = await fetch(`${allowed.base}/v1/models`, { headers: { origin: 'http://example.test' } });
+    assert.equal(r.headers.get('access-control-allow-origin'), 'http://example.test');
+    const other = await fetch(`${allowed.base}/v1/models`, { headers: { origin: 'http://elsewhere.test' } });
+    assert.equal(other.status, 403);
+  } finally {
+    stopServer(allowed);
+  }
 });
 
 test('a full queue answers 429 with Retry-After; the admitted requests all finish', async () => {
