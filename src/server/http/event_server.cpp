@@ -28,6 +28,7 @@ constexpr uint64_t kWakeId = 2;
 constexpr uint64_t kControlId = 3;  // woken ids at or below this are loop controls, not connections
 constexpr auto kSweepEvery = std::chrono::milliseconds(100);
 constexpr double kLingerSeconds = 2.0;
+constexpr double kHalfCloseGraceSeconds = 0.25;
 
 double seconds_since(Clock::time_point t, Clock::time_point now) {
   return std::chrono::duration<double>(now - t).count();
@@ -266,9 +267,15 @@ void EventServer::on_event(const std::shared_ptr<Connection>& c, uint32_t events
   if (events & EPOLLOUT) flush(c);
   if (c->fd < 0 || connections_.find(c->id) == connections_.end()) return;
   if (c->phase == Connection::Phase::kHandling) {
-    // The client hung up while its request is handled: it has gone (a client that shut its
-    // side before the request was dispatched is served; dispatch() stops watching for that).
-    if (events & (EPOLLRDHUP | EPOLLHUP)) close_connection(c);
+    if (events & EPOLLHUP) return close_connection(c);
+    if (events & EPOLLRDHUP) {
+      // The client shut its sending side. Right after its request that is a client that sends,
+      // half-closes and waits for the reply (served; nothing more is read). Later, it is a
+      // client that has gone: its generation stops.
+      if (seconds_since(c->phase_since, Clock::now()) > kHalfCloseGraceSeconds) return close_connection(c);
+      c->keep_alive = false;
+      watch(*c, c->events & static_cast<uint32_t>(EPOLLOUT));
+    }
     return;
   }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) read_input(c);
