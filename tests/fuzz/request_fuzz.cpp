@@ -3,13 +3,17 @@
 // parsers the server runs; a reply is either CompletionParams or an ApiError
 // (any other exception, a crash or a sanitizer report is a finding). Text that
 // parses also runs through the reasoning / tool-call output parser, split at
-// a data-dependent point, as streamed model output would be.
+// a data-dependent point, as streamed model output would be. The same bytes
+// also arrive as an HTTP request, in pieces cut at data-dependent points: the
+// framing parser must end in a request within its limits or a 4xx/5xx status
+// it knows, and read the same request however the bytes were cut.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "chat/output_parser.h"
 #include "server/anthropic_protocol.h"
+#include "server/http/request_parser.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 
@@ -50,11 +54,46 @@ void parse_output(const std::string& text) {
   parser.finish();
 }
 
+// Parses `bytes` as one HTTP request fed in the given pieces; returns a fingerprint of the outcome.
+std::string parse_http(const std::string& bytes, size_t cut_a, size_t cut_b) {
+  using namespace kettle::server::http;
+  static const ParseLimits limits{4096, 16, 16384};
+  RequestParser parser(limits);
+  std::string in;
+  RequestParser::Status status = RequestParser::Status::kNeedMore;
+  const size_t cuts[] = {std::min(cut_a, cut_b), std::max(cut_a, cut_b), bytes.size()};
+  size_t from = 0;
+  for (size_t cut : cuts) {
+    in.append(bytes, from, cut - from);
+    from = cut;
+    status = parser.feed(in);
+    if (status != RequestParser::Status::kNeedMore) break;
+  }
+  if (status == RequestParser::Status::kError) {
+    const int s = parser.error_status();
+    if (s != 400 && s != 413 && s != 417 && s != 431 && s != 501 && s != 505) __builtin_trap();
+    return "error " + std::to_string(s);
+  }
+  if (status == RequestParser::Status::kNeedMore) return "more";
+  const Request& r = parser.request();
+  if (r.body.size() > limits.max_body_bytes || r.headers.size() > limits.max_headers) __builtin_trap();
+  return r.method + ' ' + r.path + ' ' + std::to_string(r.headers.size()) + ' ' + r.body + " rest " + in;
+}
+
+void check_http(const std::string& bytes) {
+  if (bytes.size() < 2) return;
+  const std::string body = bytes.substr(2);
+  const size_t a = static_cast<unsigned char>(bytes[0]) % (body.size() + 1);
+  const size_t b = static_cast<unsigned char>(bytes[1]) * 7 % (body.size() + 1);
+  if (parse_http(body, a, b) != parse_http(body, body.size(), body.size())) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   parse_request(input);
   parse_output(input);
+  check_http(input);
   return 0;
 }

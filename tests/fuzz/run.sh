@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The fuzz pass over the request parsers (and the model-output parser):
+# The fuzz pass over the request parsers (HTTP framing, JSON, the API fields)
+# and the model-output parser:
 # builds tests/fuzz/request_fuzz.cpp with Debian's clang and libFuzzer, under
 # AddressSanitizer and UndefinedBehaviorSanitizer, and runs it for SECONDS
 # (default 60) from the seed corpus. Exit non-zero on any finding.
@@ -9,10 +10,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 seconds=${1:-60}
 out=${2:-$root/build}/fuzz
 mkdir -p "$out/corpus"
-sources=(src/server/request_fields.cpp src/server/openai_protocol.cpp src/server/anthropic_protocol.cpp
+sources=(src/server/request_fields.cpp src/server/json_reader.cpp src/server/openai_protocol.cpp
+         src/server/anthropic_protocol.cpp src/server/http/request_parser.cpp src/server/http/message.cpp
          src/chat/output_parser.cpp tests/fuzz/request_fuzz.cpp)
 binary="$out/request_fuzz"
-newest=$(cd "$root" && ls -t "${sources[@]}" src/server/*.h src/chat/output_parser.h | head -1)
+newest=$(cd "$root" && ls -t "${sources[@]}" src/server/*.h src/server/http/*.h src/chat/output_parser.h | head -1)
 if [ ! -x "$binary" ] || [ "$root/$newest" -nt "$binary" ]; then
   (cd "$root" && clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
      -Isrc "${sources[@]}" -lfmt -o "$binary")

@@ -96,6 +96,23 @@ TEST_F(PrefixCacheTest, TheWholePromptCachedStillRunsItsLastBlockPart) {
   EXPECT_EQ(cache.match(range(0, 13)).tokens, 12);
 }
 
+TEST_F(PrefixCacheTest, ScopesShareNothingAndEmptyScopesAreDropped) {
+  PrefixCache cache(pool_, 1 << 20);
+  std::vector<int32_t> tokens = range(0, 12);
+  KvCache seq = filled(pool_, tokens);
+  cache.insert(tokens, seq, 7);
+  EXPECT_EQ(cache.match(range(0, 13)).tokens, 0);     // the default scope sees nothing
+  EXPECT_EQ(cache.match(range(0, 13), 8).tokens, 0);  // nor does another
+  EXPECT_EQ(cache.match(range(0, 13), 7).tokens, 12);
+  cache.insert(tokens, seq);  // the same tokens in the default scope: their own nodes
+  EXPECT_EQ(cache.stats().entries, 6);
+  EXPECT_EQ(cache.match(range(0, 13)).tokens, 12);
+  EXPECT_EQ(cache.clear(), 6);
+  EXPECT_EQ(cache.match(range(0, 13), 7).tokens, 0);
+  const int32_t b0 = seq.table(KvPool::kFull)[0];
+  EXPECT_EQ(pool_.references(KvPool::kFull, b0), 1);  // only the sequence holds it again
+}
+
 TEST_F(PrefixCacheTest, NoWholeBlockNoHit) {
   PrefixCache cache(pool_, 1 << 20);
   KvCache seq = filled(pool_, range(0, 8));
