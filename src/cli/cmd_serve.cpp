@@ -65,6 +65,7 @@ struct ServeFlags {
   std::string thinking = "on";
   int max_queue = 64;
   int max_connections = 4096;
+  bool literal_special_tokens = false;
   std::vector<std::string> api_keys;
   std::vector<std::string> cors_origins;
   std::vector<std::string> allowed_hosts;
@@ -156,6 +157,7 @@ int run_serve(const ServeFlags& flags) {
   config.batch = flags.batch;
   config.default_max_tokens = flags.max_tokens;
   config.http.max_connections = flags.max_connections;
+  config.literal_special_tokens = flags.literal_special_tokens;
   config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
   for (const std::string& key : flags.api_keys)
     if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
@@ -255,6 +257,9 @@ Action register_serve(CLI::App& app) {
                  "'*' allows any; repeatable");
   app.add_option("--allowed-host", f->allowed_hosts,
                  "a Host name clients may use besides loopback names and --host (DNS-rebinding guard); repeatable");
+  app.add_flag("--literal-special-tokens", f->literal_special_tokens,
+               "a control token's string inside a message's content (e.g. '<|im_start|>') is tokenized as plain "
+               "text, so a client cannot open turns or roles of its own; off: as transformers' apply_chat_template");
   app.add_option("--max-connections", f->max_connections,
                  "open connections at most; more are answered 503 at once")
       ->check(CLI::Range(16, 1 << 20))

@@ -7,10 +7,12 @@
 // hang-up (or a failed write) and the exchange reports the client gone.
 #include <chrono>
 #include <ctime>
+#include <optional>
 #include <random>
 
 #include "server/anthropic_protocol.h"
 #include "server/http_server.h"
+#include "server/literal_content.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 #include "server/turn_builder.h"
@@ -96,25 +98,36 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
       nlohmann::ordered_json vars = params.template_vars;
       vars["enable_thinking"] = params.thinking.value_or(config_.thinking);
       const bool has_tools = !params.tools.is_null();
+      // --literal-special-tokens: control-token strings in the content render as markers first.
+      std::optional<LiteralContent> literal;
+      nlohmann::ordered_json marked;
+      const nlohmann::ordered_json* messages = &params.messages;
+      if (config_.literal_special_tokens) {
+        literal.emplace(special_strings_);
+        marked = params.messages;
+        literal->mark(marked);
+        messages = &marked;
+      }
       std::string text;
       try {
-        if (continues_final_message(params.messages)) {
+        if (continues_final_message(*messages)) {
           // Rendered without a generation prompt, then cut right after the final message's text.
-          const std::string prefix = params.messages.back()["content"].get<std::string>();
-          text = chat_template_->render(params.messages, params.tools, false, vars);
+          const std::string prefix = messages->back()["content"].get<std::string>();
+          text = chat_template_->render(*messages, params.tools, false, vars);
           size_t at = text.rfind(prefix);
           if (at == std::string::npos)
             throw ApiError(400, "the chat template does not show the final assistant message; it cannot be continued",
                            "messages");
           text.resize(at + prefix.size());
         } else {
-          text = chat_template_->render(params.messages, params.tools, true, vars);
+          text = chat_template_->render(*messages, params.tools, true, vars);
         }
       } catch (const Error& e) {
         throw ApiError(e.http_status(), fmt::format("the chat template could not render the messages: {}", e.what()),
                        "messages");
       }
-      p.job.prompt = tokenizer_.encode(text, false);
+      const std::vector<Tokenizer::Span> spans = literal ? literal->restore(text) : std::vector<Tokenizer::Span>{};
+      p.job.prompt = tokenizer_.encode(text, false, spans);
       p.parse.format = detect_output_format(chat_template_->source(has_tools));
       p.parse.tools_requested = has_tools;
       p.parse.starts_in_reasoning = p.parse.format.reasoning && prompt_opens_reasoning(text);

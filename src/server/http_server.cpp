@@ -70,6 +70,7 @@ HttpServer::HttpServer(ServerConfig config, const Tokenizer& tokenizer, const Ch
       chat_template_(chat_template),
       engine_(engine),
       access_(config_.access),
+      special_strings_(tokenizer.special_token_strings()),
       events_(
           config_.http, [this](std::shared_ptr<http::Exchange> exchange) { route(exchange); },
           [](int status, const std::string& message) { return openai_error_body(ApiError(status, message)); }),

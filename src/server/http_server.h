@@ -39,6 +39,7 @@ struct ServerConfig {
   int batch = 8;                   // generations the engine runs at once (sizes the HTTP thread pool)
   http::ServerLimits http;          // connections, deadlines, head and body sizes
   AccessConfig access;              // API keys, CORS origins, Host names
+  bool literal_special_tokens = false;  // control-token strings in message content stay text
 };
 
 class HttpServer {
@@ -76,6 +77,7 @@ class HttpServer {
   const ChatTemplate* chat_template_;
   EngineWorker& engine_;
   AccessPolicy access_;
+  std::vector<std::string> special_strings_;  // the tokenizer's special tokens, for --literal-special-tokens
   Metrics metrics_;
   http::EventServer events_;
   http::WorkerPool workers_;

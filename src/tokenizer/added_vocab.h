@@ -46,6 +46,7 @@ class AddedVocab {
   const AddedToken* by_id(int32_t id) const;
   std::optional<int32_t> id_of(std::string_view content) const;
   bool is_special_content(std::string_view content) const;
+  const std::vector<AddedToken>& tokens() const { return tokens_; }
   int32_t max_id() const { return max_id_; }
 
  private:

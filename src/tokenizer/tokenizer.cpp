@@ -95,7 +95,34 @@ Tokenizer Tokenizer::from_file(const std::string& path_in) {
   return Tokenizer(std::move(impl));
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special_tokens) const {
+namespace {
+
+// Special tokens that start inside a literal span become text again, joined with the
+// text around them, so the span is encoded as if the token did not exist.
+void unsplit_literals(const std::vector<Tokenizer::Span>& literal, const tok::AddedVocab& added,
+                      std::vector<tok::Segment>& segments) {
+  if (literal.empty()) return;
+  std::vector<tok::Segment> out;
+  for (tok::Segment seg : segments) {
+    if (seg.id >= 0) {
+      const tok::AddedToken* t = added.by_id(seg.id);
+      const bool inside = std::any_of(literal.begin(), literal.end(), [&](const Tokenizer::Span& s) {
+        return seg.begin < s.end && seg.end > s.begin;
+      });
+      if (t && t->special && inside) seg.id = -1;
+    }
+    if (seg.id < 0 && !out.empty() && out.back().id < 0 && out.back().end == seg.begin)
+      out.back().end = seg.end;
+    else
+      out.push_back(seg);
+  }
+  segments = std::move(out);
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special_tokens,
+                                       const std::vector<Span>& literal) const {
   const Impl& m = *impl_;
   std::string repaired;
   const std::string_view text = unicode::repair_utf8(raw, repaired);
@@ -104,6 +131,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special_to
   list.text.reserve(text.size() + text.size() / 4 + 16);
   std::vector<tok::Segment> segments, sub;
   m.added->split(text, /*normalized=*/false, segments);
+  unsplit_literals(literal, *m.added, segments);
   std::string normalized;
   for (const tok::Segment& seg : segments) {
     if (seg.id >= 0) {
@@ -188,6 +216,13 @@ int64_t Tokenizer::vocab_size() const {
 bool Tokenizer::is_special(int32_t id) const {
   const tok::AddedToken* a = impl_->added->by_id(id);
   return a != nullptr && a->special;
+}
+
+std::vector<std::string> Tokenizer::special_token_strings() const {
+  std::vector<std::string> out;
+  for (const tok::AddedToken& t : impl_->added->tokens())
+    if (t.special && !t.content.empty()) out.push_back(t.content);
+  return out;
 }
 
 }  // namespace kettle

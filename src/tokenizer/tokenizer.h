@@ -21,8 +21,16 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
+  // A byte range [begin, end) of an encoded text.
+  struct Span {
+    size_t begin, end;
+  };
+
   // Invalid UTF-8 in `text` is read as U+FFFD, as String::from_utf8_lossy does.
-  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // Special tokens' strings inside a `literal` span are encoded as plain text (a
+  // client's message that spells "<|im_start|>" gets the letters, not the token).
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true,
+                              const std::vector<Span>& literal = {}) const;
   // Unknown ids are skipped, as in HF.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
@@ -30,6 +38,8 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;  // "" when out of range
   int64_t vocab_size() const;                 // model vocab + added tokens (max id + 1)
   bool is_special(int32_t id) const;
+  // The strings of the special added tokens (what a chat template's control tokens spell).
+  std::vector<std::string> special_token_strings() const;
 
  private:
   struct Impl;
