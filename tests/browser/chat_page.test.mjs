@@ -157,3 +157,31 @@ test('a reasoning model\'s reasoning_content streams into the collapsed Thoughts
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a server with --api-key: the page asks for the key once, then chats with it', async () => {
+  const key = 'sk-page-test-42';
+  const keyed = await startServer(['--api-key', key]);
+  const own = await browser.newPage();
+  own.setDefaultTimeout(30000);
+  const asked = [];
+  own.on('dialog', async (dialog) => { asked.push(dialog.message()); await dialog.accept(key); });
+  try {
+    await own.goto(`${keyed.base}/`);
+    await own.locator('#model').filter({ hasText: 'kettle-demo' }).waitFor();
+    assert.equal(asked.length, 1);
+    assert.match(asked[0], /API key/);
+    await own.fill('#temperature', '0');
+    await own.fill('#input', 'What does water mean?');
+    await own.click('#send');
+    await own.waitForSelector('body[data-state="idle"]', { state: 'attached', timeout: 60000 });
+    const answers = await own.locator('.msg.assistant .answer').allInnerTexts();
+    assert.ok(answers.at(-1).trim().length > 0);
+    assert.doesNotMatch(answers.at(-1), /Error/);
+    await own.reload();  // the key is kept: no second question
+    await own.locator('#model').filter({ hasText: 'kettle-demo' }).waitFor();
+    assert.equal(asked.length, 1);
+  } finally {
+    await own.close().catch(() => {});
+    stopServer(keyed);
+  }
+});
