@@ -351,6 +351,7 @@ void EngineWorker::accept(Sequence& seq, const SampledToken& sampled) {
 
 void EngineWorker::finish(Sequence& seq) {
   EventChannel& channel = *seq.job.channel;
+  Event last;
   if (seq.finish_reason == "cancelled" || channel.cancelled()) {
     std::string reason;
     {
@@ -358,29 +359,31 @@ void EngineWorker::finish(Sequence& seq) {
       reason = cancel_reason_.empty() ? "the client disconnected" : cancel_reason_;
     }
     log::info("generation cancelled after {} tokens: {}", seq.output.size(), reason);
-    channel.push(Event::error("generation cancelled: " + reason));
+    last = Event::error("generation cancelled: " + reason);
   } else {
-    Event done;
-    done.kind = Event::Kind::kDone;
-    done.finish_reason = seq.finish_reason;
+    last.kind = Event::Kind::kDone;
+    last.finish_reason = seq.finish_reason;
     if (seq.matcher.stopped()) {
-      done.stop_sequence = seq.matcher.matched();
+      last.stop_sequence = seq.matcher.matched();
     } else {
       emit(seq, seq.matcher.push(seq.decoder.finish()));
       emit(seq, seq.matcher.finish());
     }
-    done.prompt_tokens = static_cast<int64_t>(seq.job.prompt.size());
-    done.completion_tokens = static_cast<int64_t>(seq.output.size());
-    done.cached_tokens = seq.cached_tokens;
-    done.queue_seconds = seq.queue_seconds;
-    done.prefill_seconds = seq.prefill_seconds;
-    done.decode_seconds = seq.output.size() > 1 ? seq.since_first_token.seconds() : 0.0;
-    channel.push(std::move(done));
+    last.prompt_tokens = static_cast<int64_t>(seq.job.prompt.size());
+    last.completion_tokens = static_cast<int64_t>(seq.output.size());
+    last.cached_tokens = seq.cached_tokens;
+    last.queue_seconds = seq.queue_seconds;
+    last.prefill_seconds = seq.prefill_seconds;
+    last.decode_seconds = seq.output.size() > 1 ? seq.since_first_token.seconds() : 0.0;
   }
-  // The KV holds the prompt and every sampled token but the last.
+  // The KV holds the prompt and every sampled token but the last. The prefix is cached and
+  // the sequence released before its client hears the end, so what the client does next
+  // (/stats, the next turn) already sees it done.
   if (seq.finish_reason != "cancelled") remember_prefix(seq, seq.kv.length());
   seq.kv.clear();
-  release(seq.job.channel, seq.job.kv_reserved);
+  std::shared_ptr<EventChannel> held = seq.job.channel;
+  release(held, seq.job.kv_reserved);
+  held->push(std::move(last));
 }
 
 }  // namespace kettle::server

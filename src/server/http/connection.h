@@ -45,6 +45,8 @@ struct Connection {
   uint32_t events = 0;  // what epoll watches now
   bool keep_alive = true;
   bool continue_sent = false;
+  int minor_version = 1;            // of the request being handled
+  size_t response_bytes_sent = 0;   // of its response (the 100-continue probe goes only before any)
 
   // shared with the response's writer
   std::mutex mutex;

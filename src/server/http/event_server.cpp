@@ -28,7 +28,6 @@ constexpr uint64_t kWakeId = 2;
 constexpr uint64_t kControlId = 3;  // woken ids at or below this are loop controls, not connections
 constexpr auto kSweepEvery = std::chrono::milliseconds(100);
 constexpr double kLingerSeconds = 2.0;
-constexpr double kHalfCloseGraceSeconds = 0.25;
 
 double seconds_since(Clock::time_point t, Clock::time_point now) {
   return std::chrono::duration<double>(now - t).count();
@@ -268,17 +267,28 @@ void EventServer::on_event(const std::shared_ptr<Connection>& c, uint32_t events
   if (c->fd < 0 || connections_.find(c->id) == connections_.end()) return;
   if (c->phase == Connection::Phase::kHandling) {
     if (events & EPOLLHUP) return close_connection(c);
-    if (events & EPOLLRDHUP) {
-      // The client shut its sending side. Right after its request that is a client that sends,
-      // half-closes and waits for the reply (served; nothing more is read). Later, it is a
-      // client that has gone: its generation stops.
-      if (seconds_since(c->phase_since, Clock::now()) > kHalfCloseGraceSeconds) return close_connection(c);
-      c->keep_alive = false;
-      watch(*c, c->events & static_cast<uint32_t>(EPOLLOUT));
-    }
+    if (events & EPOLLRDHUP) probe_half_close(c);
     return;
   }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) read_input(c);
+}
+
+// The client shut its sending side while its request is handled: it has either closed
+// altogether (gone: its generation should stop) or only half-closed and waits for the
+// reply. TCP cannot tell them apart until we send, so we send: before any byte of the
+// response, an interim "100 Continue" (which HTTP/1.1 clients skip); a closed client's
+// kernel answers it with a reset, which epoll reports as a hang-up and the connection
+// closes. Once the response has begun, its own bytes are the probe. Either way the
+// hang-up is not watched for again.
+void EventServer::probe_half_close(const std::shared_ptr<Connection>& c) {
+  c->keep_alive = false;
+  watch(*c, c->events & static_cast<uint32_t>(EPOLLOUT));
+  if (c->minor_version == 0) return close_connection(c);  // no interim responses in HTTP/1.0
+  if (c->response_bytes_sent == 0) {
+    std::lock_guard lock(c->mutex);
+    c->out.insert(0, "HTTP/1.1 100 Continue\r\n\r\n");
+  }
+  flush(c);
 }
 
 void EventServer::read_input(const std::shared_ptr<Connection>& c) {
@@ -328,6 +338,8 @@ void EventServer::dispatch(const std::shared_ptr<Connection>& c) {
   char probe = 0;
   const bool half_closed = ::recv(c->fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   c->keep_alive = request.wants_keep_alive() && !draining_ && !half_closed;
+  c->minor_version = request.minor_version;
+  c->response_bytes_sent = 0;
   c->phase = Connection::Phase::kHandling;
   c->phase_since = Clock::now();
   {
@@ -343,6 +355,8 @@ void EventServer::dispatch(const std::shared_ptr<Connection>& c) {
     if (!exchange->replied())
       exchange->reply(Response(500, "application/json", error_body_(500, fmt::format("internal error: {}", e.what()))));
   }
+  // A reply given here on the loop (a quick route) leaves now, before any hang-up is read.
+  if (exchange->replied() && connections_.count(c->id)) flush(c);
 }
 
 void EventServer::refuse_request(const std::shared_ptr<Connection>& c, int status, const std::string& message) {
@@ -378,6 +392,7 @@ void EventServer::flush(const std::shared_ptr<Connection>& c) {
       return;
     }
     if (sent > 0) {
+      c->response_bytes_sent += sent;
       c->out.erase(0, sent);
       c->progress = Clock::now();
     }

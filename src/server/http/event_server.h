@@ -62,6 +62,7 @@ class EventServer {
   void accept_all();
   void refuse(int fd);
   void on_event(const std::shared_ptr<Connection>& c, uint32_t events);
+  void probe_half_close(const std::shared_ptr<Connection>& c);
   void read_input(const std::shared_ptr<Connection>& c);
   void process_input(const std::shared_ptr<Connection>& c);
   void dispatch(const std::shared_ptr<Connection>& c);
