@@ -74,6 +74,7 @@ std::string parse_http(const std::string& bytes, size_t cut_a, size_t cut_b) {
     if (s != 400 && s != 413 && s != 417 && s != 431 && s != 501 && s != 505) __builtin_trap();
     return "error " + std::to_string(s);
   }
+  in.append(bytes, from, std::string::npos);  // bytes not fed yet belong to what comes next
   if (status == RequestParser::Status::kNeedMore) return "more";
   const Request& r = parser.request();
   if (r.body.size() > limits.max_body_bytes || r.headers.size() > limits.max_headers) __builtin_trap();
