@@ -22,7 +22,6 @@
 namespace kettle::server {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
 // nginx's "client closed request": recorded for generations whose client left.
 constexpr int kClientClosed = 499;
@@ -69,12 +68,8 @@ std::unique_ptr<ResponseFormat> HttpServer::response_format(Api api, const Compl
 }
 
 void HttpServer::reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route) {
-  http::Response r(error.status(), "application/json",
-                   api == Api::kMessages ? anthropic_error_body(error) : openai_error_body(error));
-  if (error.status() == 429 || error.status() == 503) r.set_header("Retry-After", "1");
-  if (error.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
   metrics_.record_request(route, error.status());
-  exchange.reply(std::move(r));
+  exchange.reply(error_response(error, api));
 }
 
 HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int key_index) {
@@ -221,17 +216,20 @@ void HttpServer::reply_stream(http::Exchange& exchange, Prepared& p) {
   http::Response head(200, "text/event-stream", "");
   head.set_header("Cache-Control", "no-cache");
   exchange.start_stream(std::move(head));
+  auto client_left = [&] {
+    channel.cancel();  // stop within one decode step
+    metrics_.record_request(p.route, kClientClosed);
+  };
   auto write = [&](const std::string& s) {
     if (exchange.write(s)) return true;
-    channel.cancel();  // the client went away: stop within one decode step
-    metrics_.record_request(p.route, kClientClosed);
+    client_left();
     return false;
   };
   if (!write(p.format->stream_start(static_cast<int64_t>(p.job.prompt.size())))) return;
   for (;;) {
     std::optional<Event> e = channel.pop(100ms);
     if (!e) {
-      if (exchange.client_gone()) return (void)write("");
+      if (exchange.client_gone()) return client_left();
       continue;
     }
     if (e->kind == Event::Kind::kText) {

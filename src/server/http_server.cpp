@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 
+#include "server/anthropic_protocol.h"
 #include "server/openai_protocol.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -45,13 +46,6 @@ const RouteSpec* find_route(const std::string& path) {
 
 http::Response json_response(int status, std::string body) { return http::Response(status, "application/json", std::move(body)); }
 
-http::Response error_response(const ApiError& e) {
-  http::Response r = json_response(e.status(), openai_error_body(e));
-  if (e.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
-  if (e.status() == 429 || e.status() == 503) r.set_header("Retry-After", "1");
-  return r;
-}
-
 // The page runs only its own inline code, talks only to this server, and is never framed.
 void add_page_headers(http::Response& r) {
   r.set_header("Content-Security-Policy",
@@ -79,6 +73,13 @@ HttpServer::HttpServer(ServerConfig config, const Tokenizer& tokenizer, const Ch
       workers_(config_.batch + config_.max_queue + 8) {}
 
 HttpServer::~HttpServer() = default;
+
+http::Response HttpServer::error_response(const ApiError& e, Api api) {
+  http::Response r = json_response(e.status(), api == Api::kMessages ? anthropic_error_body(e) : openai_error_body(e));
+  if (e.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
+  if (e.status() == 429 || e.status() == 503) r.set_header("Retry-After", "1");
+  return r;
+}
 
 void HttpServer::bind(const std::string& host, int port) { events_.bind(host, port); }
 

@@ -69,6 +69,8 @@ class HttpServer {
   void reply_whole(http::Exchange& exchange, Prepared& prepared);
   void reply_stream(http::Exchange& exchange, Prepared& prepared);
   void reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route);
+  // An error in the API's own shape (Anthropic's for /v1/messages), with Retry-After / WWW-Authenticate.
+  static http::Response error_response(const ApiError& error, Api api = Api::kChat);
   void request_began();
   void request_ended();
 

@@ -59,10 +59,15 @@ struct Connection {
   Clock::time_point progress = Clock::now();  // last time bytes left the outbox
 };
 
-// Wakes the event loop for one connection (from any thread). Outlives the loop's run.
+// Wakes the event loop for one connection (from any thread). It owns the loop's eventfd,
+// and is shared with every exchange, so a handler may still wake it after the loop ended.
 class Waker {
  public:
-  explicit Waker(int event_fd) : fd_(event_fd) {}
+  Waker();  // throws kettle::Error when no eventfd can be had
+  ~Waker();
+  Waker(const Waker&) = delete;
+  Waker& operator=(const Waker&) = delete;
+  int fd() const { return fd_; }
   void wake(uint64_t connection_id);
   std::vector<uint64_t> take();  // the woken ids, emptied
 

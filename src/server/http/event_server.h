@@ -78,7 +78,6 @@ class EventServer {
   Handler handler_;
   ErrorBody error_body_;
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;
   int listen_fd_ = -1;
   int spare_fd_ = -1;  // given up to accept-and-close when the process is out of descriptors
   int port_ = 0;

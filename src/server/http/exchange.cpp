@@ -1,30 +1,11 @@
 #include "server/http/exchange.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 namespace kettle::server::http {
 
 namespace {
 constexpr size_t kOutboxHighWater = 1 << 20;  // a stream's writer waits past this many unsent bytes
-}
-
-void Waker::wake(uint64_t connection_id) {
-  {
-    std::lock_guard lock(mutex_);
-    woken_.push_back(connection_id);
-  }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(fd_, &one, sizeof one);
-}
-
-std::vector<uint64_t> Waker::take() {
-  std::lock_guard lock(mutex_);
-  std::vector<uint64_t> out;
-  out.swap(woken_);
-  return out;
 }
 
 Exchange::Exchange(std::shared_ptr<Connection> connection, std::shared_ptr<Waker> waker, Request request,
