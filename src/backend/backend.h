@@ -69,7 +69,7 @@ struct InputNorm {
 // logical row r (its position) is at block table[r / block_size], offset r % block_size.
 // Query (or token) t of a call reads its table at tables + t * table_stride; a stride of
 // 0 means every token of the call belongs to one sequence (a prompt chunk). Elements are
-// the backend's KV type (Backend::kv_value_bytes: f32 on the CPU, f16 on CUDA).
+// the backend's KV type (Backend::kv_dtype: f32 on the CPU, f16 on CUDA).
 struct KvPages {
   void* k = nullptr;
   void* v = nullptr;
@@ -126,8 +126,8 @@ class Backend {
   virtual void run_step(uint64_t key, const std::function<void()>& ops) = 0;
   // Bytes of backend memory free now; 0 where the backend does not say (host memory).
   virtual size_t free_memory() { return 0; }
-  // Bytes of one cached key or value element (KvPages): 4 for f32, 2 for f16.
-  virtual size_t kv_value_bytes() const { return sizeof(float); }
+  // The element type of cached keys and values (KvPages): f32 on the CPU, f16 on CUDA.
+  virtual DType kv_dtype() const { return DType::kF32; }
   // Weight matmuls may round x to bf16 (CUDA: the GEMV as it reads x, the GEMMs on bf16
   // rows). A model whose output hinges on discrete choices made from the activations
   // (MoE routing) asks for f32-accurate x instead.

@@ -1,6 +1,8 @@
 // `kettle bench`: prefill and decode speed of this machine and this stack,
 // llama-bench style (pp: one forward over N prompt tokens; tg: N single-token
-// forwards from an empty cache) or llama-batched-bench style (--parallel), with achieved weight-streaming GB/s against
+// forwards from an empty cache, both on the engine's model runner) or
+// llama-batched-bench style (--parallel: B generations through the engine's
+// step loop, the one serve runs), with achieved weight-streaming GB/s against
 // the device's copy bandwidth measured in the same run (GPU backends), and the
 // process's peak memory.
 #include <fmt/format.h>
@@ -14,7 +16,8 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "engine/sampler.h"
+#include "engine/engine_core.h"
+#include "engine/memory_policy.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "model/model_runner.h"
@@ -74,64 +77,67 @@ double decode_tps(ModelRunner& t, int n) {
   return n / timer.seconds();
 }
 
-// llama-batched-bench's measure: B sequences, each its own prompt of `prompt` tokens,
-// prefilled together (at most `chunk` tokens per step, as the server does), then `gen`
-// steps that each decode one token of every sequence (greedy, sampled on the device).
+// llama-batched-bench's measure through the engine: B generations, each its own prompt
+// of `prompt` tokens and `gen` greedy tokens, submitted at once and stepped as serve
+// steps them (prompt chunks of --prefill-chunk tokens beside the decodes). Prefill: until
+// every sequence has its first token; decode: the tokens after that, over the time after.
 struct BatchedResult {
   int batch = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  int64_t decoded = 0;  // tokens drawn after the last first token
 };
 
-BatchedResult batched_run(ModelRunner& t, int batch, int prompt, int gen, int64_t chunk) {
-  const int64_t vocab = t.spec().vocab_size;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<KvCache> caches;
+class TimingSink final : public GenerationSink {
+ public:
+  explicit TimingSink(const Timer& clock) : clock_(clock) {}
+  void on_output(GenerationOutput output) override {
+    for (size_t i = 0; i < output.ids.size(); ++i) times.push_back(clock_.seconds());
+  }
+  void on_end(const GenerationEnd& end) override {
+    if (!end.ok()) fail(end.error_category, "bench: a generation failed: {}", end.error);
+  }
+  std::vector<double> times;  // when each token came
+
+ private:
+  const Timer& clock_;
+};
+
+BatchedResult batched_run(EngineCore& core, int batch, int prompt, int gen) {
+  const int64_t vocab = core.runner().spec().vocab_size;
+  Timer clock;
+  std::vector<std::shared_ptr<TimingSink>> sinks;
   for (int b = 0; b < batch; ++b) {
+    GenerationRequest request;
     std::vector<int32_t> ids = bench_tokens(prompt + b, vocab);
-    prompts.emplace_back(ids.begin() + b, ids.end());
-    caches.push_back(t.new_cache());
+    request.prompt.assign(ids.begin() + b, ids.end());
+    request.max_tokens = gen;
+    request.ignore_eos = true;
+    sinks.push_back(std::make_shared<TimingSink>(clock));
+    core.submit(std::move(request), sinks.back());
   }
-  std::vector<SampleRow> greedy(static_cast<size_t>(batch));
-  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
-  std::vector<BatchEntry> entries;
+  core.run_until_idle();
+  const double end = clock.seconds();
   BatchedResult r{batch};
-  Timer timer;
-  std::vector<int64_t> done(static_cast<size_t>(batch), 0);
-  for (int b = 0; b < batch;) {  // prefill: whole prompts packed into steps of `chunk` tokens
-    entries.clear();
-    int64_t budget = chunk;
-    while (b < batch && budget > 0) {
-      const auto i = static_cast<size_t>(b);
-      const int64_t n = std::min<int64_t>(budget, prompt - done[i]);
-      entries.push_back({prompts[i].data() + done[i], n, &caches[i]});
-      done[i] += n;
-      budget -= n;
-      if (done[i] == prompt) ++b;
-    }
-    t.forward_batch(entries, greedy.data(), next.data());
-  }
-  r.prefill_seconds = timer.seconds();
-  entries.clear();
-  for (int b = 0; b < batch; ++b) entries.push_back({&next[static_cast<size_t>(b)], 1, &caches[static_cast<size_t>(b)], true});
-  timer.reset();
-  for (int i = 0; i < gen; ++i) t.forward_batch(entries, greedy.data(), next.data());
-  r.decode_seconds = timer.seconds();
+  for (const auto& sink : sinks) r.prefill_seconds = std::max(r.prefill_seconds, sink->times.front());
+  for (const auto& sink : sinks)
+    r.decoded += std::count_if(sink->times.begin(), sink->times.end(), [&](double t) { return t > r.prefill_seconds; });
+  r.decode_seconds = end - r.prefill_seconds;
   return r;
 }
 
-int run_batched(const BenchFlags& f, ModelRunner& t, const std::string& source, const std::string& backend) {
-  batched_run(t, f.parallel.front(), std::min(f.prompt_tokens, 16), 4, f.prefill_chunk);  // warm-up
+int run_batched(const BenchFlags& f, EngineCore& core, const std::string& source, const std::string& backend) {
+  batched_run(core, f.parallel.front(), std::min(f.prompt_tokens, 16), 4);  // warm-up
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json)
     std::printf("| model | backend | PP | TG | B | prefill tok/s | decode tok/s | total tok/s |\n|---|---|---|---|---|---|---|---|\n");
   for (int batch : f.parallel) {
-    batched_run(t, batch, f.prompt_tokens, 4, f.prefill_chunk);  // records this bucket's decode step
+    batched_run(core, batch, f.prompt_tokens, 4);  // records this bucket's decode step
     std::vector<BatchedResult> runs;
-    for (int r = 0; r < f.repetitions; ++r) runs.push_back(batched_run(t, batch, f.prompt_tokens, f.gen_tokens, f.prefill_chunk));
+    for (int r = 0; r < f.repetitions; ++r) runs.push_back(batched_run(core, batch, f.prompt_tokens, f.gen_tokens));
     std::vector<double> pp, tg, all;
     for (const BatchedResult& r : runs) {
       pp.push_back(batch * f.prompt_tokens / r.prefill_seconds);
-      tg.push_back(batch * f.gen_tokens / r.decode_seconds);
+      tg.push_back(static_cast<double>(r.decoded) / r.decode_seconds);
       all.push_back(batch * (f.prompt_tokens + f.gen_tokens) / (r.prefill_seconds + r.decode_seconds));
     }
     const Stat p = stat_of(pp), g = stat_of(tg), a = stat_of(all);
@@ -164,11 +170,20 @@ int run_bench(const BenchFlags& f) {
   const int threads = f.threads.resolve();
   auto backends = f.tensor_parallel.make_backends(f.device, threads);
   Backend* backend = backends[0].get();
+  // The engine serve would make: its memory policy, batch room for the largest B.
+  MemoryFlags memory;
+  memory.prefill_chunk = f.prefill_chunk;
+  memory.ranks = f.tensor_parallel.ranks;
+  const MemoryDecision decision = decide_memory(model.spec, *backend, memory);
+  EngineOptions options;
+  options.batch = f.parallel.empty() ? 1 : *std::max_element(f.parallel.begin(), f.parallel.end());
+  options.prefill_chunk = f.prefill_chunk;
+  options.kv_budget_bytes = decision.kv_budget_bytes;
   Timer upload_timer;
-  std::unique_ptr<ModelRunner> model_runner = make_model_runner(model, backend_pointers(backends));
-  ModelRunner& runner = *model_runner;
+  EngineCore core(model, nullptr, backend_pointers(backends), options);
+  ModelRunner& runner = core.runner();
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
-  if (!f.parallel.empty()) return run_batched(f, runner, model.source, backend->name());
+  if (!f.parallel.empty()) return run_batched(f, core, model.source, backend->name());
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
   auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
 
@@ -226,7 +241,8 @@ Action register_bench(CLI::App& app) {
                  "decode -g tokens each together")
       ->delimiter(',')
       ->check(CLI::Range(1, 1024));
-  app.add_option("--prefill-chunk", f->prefill_chunk, "prompt tokens per step in the batched test's prefill")
+  app.add_option("--prefill-chunk", f->prefill_chunk,
+                 "prompt tokens per engine step in the batched test (as serve's --prefill-chunk)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   f->tensor_parallel.add_to(app);

@@ -1,9 +1,10 @@
-// `kettle fit`: will a model fit, before it is loaded? From config.json alone:
-// the weights each device holds (split over --tensor-parallel ranks as serve
-// splits them), the KV cache a token adds, a prefill step's working memory,
-// against the device's memory (what it reports, or --memory); the longest
-// context that fits; with --skus, the same for a table of GPUs with a decode
-// speed predicted from their bandwidth.
+// `kettle fit`: will a model fit, before it is loaded? From config.json alone,
+// through the memory policy serve uses (engine/memory_policy.h): the weights
+// each device holds (split over --tensor-parallel ranks as serve splits them),
+// a step's working memory, the KV budget serve would allocate with the same
+// flags and the KV a token adds; the longest context that fits that budget;
+// with --skus, the same for a table of GPUs with a decode speed predicted from
+// their bandwidth.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -14,8 +15,8 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "engine/memory_policy.h"
 #include "model/config.h"
-#include "model/memory_plan.h"
 #include "model/synthetic.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -29,7 +30,10 @@ struct FitFlags {
   int64_t ctx = 0;  // 0: the model's own limit
   int64_t batch = 1;
   int tensor_parallel = 1;
-  double memory_gb = 0.0;  // 0: what the device reports
+  double memory_gb = 0.0;     // 0: what the device reports
+  double kv_budget_gb = -1.0;  // serve's --kv-budget; unset: the policy's share
+  double prompt_cache_gb = 8.0;
+  int64_t prefill_chunk = 2048;
   bool skus = false;
   bool json = false;
   DeviceOption device;
@@ -57,12 +61,34 @@ double predicted_decode(const MemoryPlan& plan, double bandwidth_gbs, int64_t ct
   return kStreamedFraction * bandwidth_gbs * 1e9 / bytes * static_cast<double>(batch);
 }
 
-nlohmann::json verdict(const MemoryPlan& plan, size_t device_bytes, int64_t ctx, int64_t batch, int64_t limit) {
-  const size_t need = plan.total_bytes(ctx, batch);
-  return {{"device_bytes", device_bytes},
+// The longest context whose KV, `batch` sequences of it, fits the budget.
+int64_t max_context(const MemoryPlan& plan, size_t kv_budget, int64_t batch) {
+  int64_t lo = 0, hi = int64_t{1} << 40;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (plan.kv_bytes(mid, batch) <= kv_budget) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+nlohmann::json verdict(const MemoryDecision& d, int64_t ctx, int64_t batch, int64_t limit) {
+  const size_t need = d.plan.total_bytes(ctx, batch);
+  return {{"device_bytes", d.device_bytes},
           {"needed_bytes", need},
-          {"fits", need <= device_bytes},
-          {"max_context", std::min(plan.max_context(device_bytes, batch), limit)}};
+          {"kv_budget_bytes", d.kv_budget_bytes},
+          {"prompt_cache_bytes", d.prompt_cache_bytes},
+          {"fits", d.plan.kv_bytes(ctx, batch) <= d.kv_budget_bytes},
+          {"max_context", std::min(max_context(d.plan, d.kv_budget_bytes, batch), limit)}};
+}
+
+MemoryFlags memory_flags(const FitFlags& f) {
+  MemoryFlags m;
+  if (f.kv_budget_gb >= 0) m.kv_budget_gb = f.kv_budget_gb;
+  if (f.memory_gb > 0) m.memory_budget_gb = f.memory_gb;
+  m.prompt_cache_gb = f.prompt_cache_gb;
+  m.prefill_chunk = f.prefill_chunk;
+  m.ranks = f.tensor_parallel;
+  return m;
 }
 
 int run_fit(const FitFlags& f) {
@@ -76,32 +102,29 @@ int run_fit(const FitFlags& f) {
   if (ctx > limit) fail(ErrorCategory::kInvalidArgument, "--ctx {} is past the model's limit of {} positions", ctx, limit);
 
   nlohmann::json out{{"model", source}, {"ranks", f.tensor_parallel}, {"ctx", ctx}, {"batch", f.batch}};
+  const MemoryFlags flags = memory_flags(f);
   if (f.skus) {  // GPUs: bf16 weights and an f16 KV cache, as the CUDA backend keeps them
-    const MemoryPlan plan = plan_memory(spec, f.tensor_parallel, 2, 2);
-    out["weight_bytes_per_rank"] = plan.weight_bytes;
-    out["kv_bytes_per_token_per_rank"] = plan.kv_bytes_per_token + plan.window_kv_bytes_per_token;
     for (const Sku& sku : kSkus) {
-      nlohmann::json row = verdict(plan, static_cast<size_t>(sku.memory_gb * 1e9), ctx, f.batch, limit);
+      const MemoryDecision d = decide_memory(spec, true, 2, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
+      out["weight_bytes_per_rank"] = d.plan.weight_bytes;
+      out["kv_bytes_per_token_per_rank"] = d.plan.kv_bytes_per_token + d.plan.window_kv_bytes_per_token;
+      nlohmann::json row = verdict(d, ctx, f.batch, limit);
       row["gpu"] = sku.name;
-      row["decode_tokens_per_second"] = predicted_decode(plan, sku.bandwidth_gbs, ctx, f.batch);
+      row["decode_tokens_per_second"] = predicted_decode(d.plan, sku.bandwidth_gbs, ctx, f.batch);
       out["skus"].push_back(row);
     }
   } else {
     auto backend = make_backend(f.device.device, 1);
-    const bool gpu = !backend->host_memory();
-    // A GPU keeps bf16; the CPU maps the checkpoint as stored (synthetic weights are bf16).
-    const size_t weight_value_bytes = gpu || !f.synthetic.empty() ? 2 : dtype_size(spec.rope_freq_dtype);
-    const MemoryPlan plan = plan_memory(spec, f.tensor_parallel, weight_value_bytes, backend->kv_value_bytes());
-    size_t device_bytes = static_cast<size_t>(f.memory_gb * 1e9);
-    if (device_bytes == 0)
-      device_bytes = gpu ? backend->free_memory()
-                         : available_memory_bytes() / static_cast<size_t>(f.tensor_parallel);  // CPU ranks share one RAM
-    out.update(verdict(plan, device_bytes, ctx, f.batch, limit));
+    // Synthetic weights are bf16 on every device.
+    const size_t weight_bytes = f.synthetic.empty() ? weight_value_bytes(spec, *backend) : 2;
+    const MemoryDecision d = decide_memory(spec, !backend->host_memory(), weight_bytes, backend->kv_dtype(),
+                                           measured_memory_bytes(*backend, f.tensor_parallel), flags);
+    out.update(verdict(d, ctx, f.batch, limit));
     out["device"] = backend->name();
-    out["weight_bytes_per_rank"] = plan.weight_bytes;
-    out["kv_bytes_per_token_per_rank"] = plan.kv_bytes_per_token + plan.window_kv_bytes_per_token;
-    out["kv_bytes_per_rank"] = plan.kv_bytes(ctx, f.batch);
-    out["working_bytes_per_rank"] = plan.working_bytes;
+    out["weight_bytes_per_rank"] = d.plan.weight_bytes;
+    out["kv_bytes_per_token_per_rank"] = d.plan.kv_bytes_per_token + d.plan.window_kv_bytes_per_token;
+    out["kv_bytes_per_rank"] = d.plan.kv_bytes(ctx, f.batch);
+    out["working_bytes_per_rank"] = d.plan.working_bytes;
   }
   if (f.json) {
     std::printf("%s\n", out.dump().c_str());
@@ -122,6 +145,8 @@ int run_fit(const FitFlags& f) {
                 f.tensor_parallel > 1 ? ", without the ranks' all-reduce time" : "");
     return 0;
   }
+  std::printf("%s: KV budget %.2f GB (what serve allocates with these flags)\n", out["device"].get<std::string>().c_str(),
+              gb(out["kv_budget_bytes"].get<size_t>()));
   std::printf("%s: KV %.2f GB + working %.2f GB → %.2f GB of %.2f GB per rank: %s; longest context that fits: %lld\n",
               out["device"].get<std::string>().c_str(), gb(out["kv_bytes_per_rank"].get<size_t>()),
               gb(out["working_bytes_per_rank"].get<size_t>()), gb(out["needed_bytes"].get<size_t>()),
@@ -141,8 +166,17 @@ Action register_fit(CLI::App& app) {
   app.add_option("--tensor-parallel,--tp", f->tensor_parallel, "ranks the model is split over (as serve splits it)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--memory", f->memory_gb, "GB of memory per rank (default: what the device reports free)")
+  app.add_option("--memory,--memory-budget", f->memory_gb,
+                 "GB per rank for weights + working memory + KV, as serve's --memory-budget (default: what the "
+                 "device reports free)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--kv-budget", f->kv_budget_gb, "GB of KV cache, as serve's --kv-budget")->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt-cache", f->prompt_cache_gb, "GB of the KV cache kept for shared prefixes, as serve's")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--prefill-chunk", f->prefill_chunk, "prompt tokens per step, as serve's (sizes the working memory)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   app.add_flag("--skus", f->skus, "a table of GPUs (datasheet memory and bandwidth) with predicted decode speed");
   app.add_flag("--json", f->json, "print one JSON object");
   f->device.add_to(app);

@@ -1,5 +1,6 @@
-// `kettle generate`: load a model, run one prompt, print the tokens (or one
-// JSON object with --json). Sampling flags default to generation_config.json.
+// `kettle generate`: load a model, run one prompt through the engine (the one
+// serve runs), print the text or the tokens (or one JSON object with --json).
+// Sampling flags default to generation_config.json.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -10,10 +11,10 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "engine/generator.h"
+#include <fstream>
+
+#include "engine/engine_core.h"
 #include "model/model.h"
-#include "model/model_runner.h"
-#include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -68,6 +69,19 @@ std::vector<int32_t> prompt_tokens(const GenerateFlags& f, const std::optional<T
   return tokenizer->encode(text, false);
 }
 
+// --dump-logits: every prompt position's f32 logits, from one prefill of the prompt alone.
+void dump_prompt_logits(EngineCore& core, const std::vector<int32_t>& prompt, const std::string& path) {
+  const int64_t vocab = core.runner().spec().vocab_size, n = static_cast<int64_t>(prompt.size());
+  for (int32_t id : prompt)
+    if (id < 0 || id >= vocab) fail(ErrorCategory::kInvalidArgument, "prompt token {} is outside the vocabulary [0, {})", id, vocab);
+  std::vector<float> logits(static_cast<size_t>(n * vocab));
+  KvCache kv(core.pool());
+  core.runner().forward(prompt.data(), n, kv, LogitsFor::kAllTokens, logits.data());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) fail(ErrorCategory::kInvalidArgument, "cannot write logits to {}", path);
+}
+
 int run_generate(const GenerateFlags& flags) {
   GenerateFlags f = flags;
   if (f.json) log::set_level(log::Level::kQuiet);
@@ -84,42 +98,35 @@ int run_generate(const GenerateFlags& flags) {
   log::info("model {} ({}, {} layers) loaded in {:.0f} ms", f.model, model.spec.model_type, model.spec.n_layers, load_ms);
 
   auto backends = f.tensor_parallel.make_backends(f.device, f.threads.resolve());
-  std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
+  EngineOptions options;
+  options.batch = 1;
+  EngineCore core(model, tokenizer ? &*tokenizer : nullptr, backend_pointers(backends), options);
   GenerationRequest request;
   request.prompt = std::move(prompt);
   request.max_tokens = f.max_tokens;
   request.sampling = sampling_from(f, model.generation);
-  if (!f.ignore_eos) request.stop_ids = model.generation.eos_token_ids;
-  request.logits_dump_path = f.dump_logits;
+  request.ignore_eos = f.ignore_eos;
+  if (!f.dump_logits.empty()) dump_prompt_logits(core, request.prompt, f.dump_logits);
 
   // Text prompts stream text; id prompts stream ids.
   bool first = true;
-  std::optional<StreamDecoder> stream;
-  if (tokenizer) stream.emplace(*tokenizer);
   std::string text;
-  auto on_token = [&](const SampledToken& sampled) {
-    const int32_t token = sampled.id;
-    if (stream) {
-      bool is_stop = std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end();
-      std::string piece = is_stop ? "" : stream->push(token);
-      text += piece;
-      if (!f.json) std::fputs(piece.c_str(), stdout);
+  auto on_output = [&](const GenerationOutput& out) {
+    if (tokenizer) {
+      text += out.text;
+      if (!f.json) std::fputs(out.text.c_str(), stdout);
     } else if (!f.json) {
-      std::printf("%s%d", first ? "" : ",", token);
+      for (int32_t token : out.ids) std::printf("%s%d", std::exchange(first, false) ? "" : ",", token);
     }
     std::fflush(stdout);
-    first = false;
   };
-  GenerationResult result = generate(*runner, request, on_token);
-  if (stream) {
-    std::string rest = stream->finish();
-    text += rest;
-    if (!f.json) std::fputs(rest.c_str(), stdout);
-  }
+  const GenerationResult result = generate(core, request, on_output);
+  if (!result.end.ok()) fail(result.end.error_category, "{}", result.end.error);
+  const double prefill_ms = result.end.prefill_seconds * 1e3, decode_ms = result.end.decode_seconds * 1e3;
   const auto n_prompt = static_cast<int64_t>(request.prompt.size());
   const auto n_new = static_cast<int64_t>(result.tokens.size());
-  const double prefill_tps = n_prompt / (result.prefill_ms / 1e3);
-  const double decode_tps = n_new > 1 ? (n_new - 1) / (result.decode_ms / 1e3) : 0.0;
+  const double prefill_tps = n_prompt / (prefill_ms / 1e3);
+  const double decode_tps = n_new > 1 ? (n_new - 1) / (decode_ms / 1e3) : 0.0;
   if (f.json) {
     nlohmann::json out = {
         {"model", f.model},
@@ -127,13 +134,13 @@ int run_generate(const GenerateFlags& flags) {
         {"prompt_token_ids", request.prompt},
         {"prompt_tokens", n_prompt},
         {"completion_tokens", n_new},
-        {"finish_reason", result.finish_reason},
+        {"finish_reason", result.end.finish_reason},
         {"seed", request.sampling.seed},
         {"text", tokenizer ? nlohmann::json(text) : nlohmann::json(nullptr)},
         {"timings",
          {{"load_ms", load_ms},
-          {"prefill_ms", result.prefill_ms},
-          {"decode_ms", result.decode_ms},
+          {"prefill_ms", prefill_ms},
+          {"decode_ms", decode_ms},
           {"prefill_tokens_per_second", prefill_tps},
           {"decode_tokens_per_second", decode_tps}}}};
     std::printf("%s\n", out.dump().c_str());
@@ -141,7 +148,7 @@ int run_generate(const GenerateFlags& flags) {
     std::printf("\n");
     std::fflush(stdout);  // the answer's last line before the timing line on stderr
     log::info("prompt {} tokens in {:.1f} ms ({:.1f} tok/s); generated {} tokens in {:.1f} ms ({:.1f} tok/s), {}",
-              n_prompt, result.prefill_ms, prefill_tps, n_new, result.decode_ms, decode_tps, result.finish_reason);
+              n_prompt, prefill_ms, prefill_tps, n_new, decode_ms, decode_tps, result.end.finish_reason);
   }
   return 0;
 }

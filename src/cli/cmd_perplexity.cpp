@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "engine/engine_core.h"
 #include "engine/perplexity.h"
 #include "model/model.h"
 #include "model/model_runner.h"
@@ -59,7 +60,11 @@ int run_perplexity(const PerplexityFlags& flags) {
 
   const int64_t stride = f.stride > 0 ? f.stride : f.context / 2;
   auto backends = f.tensor_parallel.make_backends(f.device, f.threads.resolve());
-  std::unique_ptr<ModelRunner> runner = make_model_runner(model, backend_pointers(backends));
+  EngineOptions options;
+  options.batch = 1;
+  options.prefill_chunk = f.context;
+  EngineCore core(model, &tokenizer, backend_pointers(backends), options);
+  ModelRunner* runner = &core.runner();
   std::optional<ProgressBar> progress_bar;
   PerplexityResult r = perplexity(*runner, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
     if (f.json) return;

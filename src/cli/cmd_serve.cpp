@@ -17,10 +17,10 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "engine/generator.h"
-#include "model/memory_plan.h"
+#include "engine/engine.h"
+#include "engine/memory_policy.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
-#include "server/engine_worker.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -73,8 +73,8 @@ struct ServeFlags {
   double prompt_cache_gb = 8.0;
   int batch = 8;
   int64_t prefill_chunk = 2048;
-  double kv_budget_gb = -1.0;      // unset: a quarter of the available memory on the CPU, most of what is free on a GPU
-  double memory_budget_gb = -1.0;  // unset: no cap beyond the KV budget
+  double kv_budget_gb = -1.0;      // unset: the memory policy's share (engine/memory_policy.h)
+  double memory_budget_gb = -1.0;  // unset: the device's memory
   bool paged_kv = true;            // always on; the flag is accepted for compatibility
   int kv_block_size = KvPool::kDefaultBlockSize;
   TensorParallelOption tensor_parallel;
@@ -101,25 +101,15 @@ void open_browser(const std::string& url) {
   }
 }
 
-// The KV pool's cap: --kv-budget when given; else, in host memory, a quarter of what is
-// available now (the weights are mapped already); on a GPU 0, which the engine turns into
-// most of the device memory left after the weights. --memory-budget caps weights + KV +
-// working memory together.
-size_t kv_budget_bytes(const ServeFlags& flags, const Model& model, const Backend& backend) {
-  size_t bytes = 0;
-  if (flags.kv_budget_gb >= 0)
-    bytes = static_cast<size_t>(flags.kv_budget_gb * 1e9);
-  else if (backend.host_memory())
-    bytes = available_memory_bytes() / 4;
-  if (flags.memory_budget_gb < 0) return bytes;
-  const auto total = static_cast<size_t>(flags.memory_budget_gb * 1e9);
-  const size_t fixed = model.weight_bytes() + kWorkingAllowanceBytes;
-  if (total <= fixed)
-    fail(ErrorCategory::kInvalidArgument,
-         "--memory-budget {:.2f} GB does not hold the model's weights ({:.2f} GB) plus {:.1f} GB of working memory",
-         flags.memory_budget_gb, static_cast<double>(model.weight_bytes()) / 1e9,
-         static_cast<double>(kWorkingAllowanceBytes) / 1e9);
-  return bytes == 0 ? total - fixed : std::min(bytes, total - fixed);
+// The flags the memory policy reads (engine/memory_policy.h), as fit reads them.
+MemoryFlags memory_flags(const ServeFlags& flags) {
+  MemoryFlags m;
+  if (flags.kv_budget_gb >= 0) m.kv_budget_gb = flags.kv_budget_gb;
+  if (flags.memory_budget_gb >= 0) m.memory_budget_gb = flags.memory_budget_gb;
+  m.prompt_cache_gb = flags.prompt_cache_gb;
+  m.prefill_chunk = flags.prefill_chunk;
+  m.ranks = flags.tensor_parallel.ranks;
+  return m;
 }
 
 std::string model_id(const std::string& folder) {
@@ -164,18 +154,17 @@ int run_serve(const ServeFlags& flags) {
   config.sampling = flags.sampling.resolve(model.generation);
 
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
-  const int ranks = flags.tensor_parallel.ranks;
   std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device, flags.threads.resolve());
-  const Backend& backend = *backends[0];
-  server::EngineWorker::Options engine_options;
-  // The prefix cache lives inside the KV pool, so the pool's cap bounds it too.
-  engine_options.prompt_cache_bytes = static_cast<size_t>(flags.prompt_cache_gb * 1e9);
+  // Measured before the weights load, as fit measures it: fit reports this decision.
+  const MemoryDecision memory = decide_memory(model.spec, *backends[0], memory_flags(flags));
+  EngineOptions engine_options;
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
-  // The pool's cap counts one rank's share (its KV heads); host ranks split one budget.
-  engine_options.kv_budget_bytes = kv_budget_bytes(flags, model, backend) / (backend.host_memory() ? ranks : 1);
+  engine_options.kv_budget_bytes = memory.kv_budget_bytes;
+  engine_options.reserve_kv = memory.reserve_kv;
+  engine_options.prompt_cache_bytes = memory.prompt_cache_bytes;
   engine_options.kv_block_size = flags.kv_block_size;
-  server::EngineWorker engine(model, tokenizer, std::move(backends), engine_options);
+  Engine engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
   if (flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
@@ -234,11 +223,11 @@ Action register_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--kv-budget", f->kv_budget_gb,
                  "GB of paged KV cache (running generations and the prompt cache); a request whose KV does not fit "
-                 "beside the running ones waits (default: a quarter of free RAM on the CPU, 90% of the GPU memory "
-                 "left after the weights)")
+                 "beside the running ones waits (default: of the memory left after the weights and the working "
+                 "memory, 90% on a GPU, a quarter of free RAM on the CPU; `kettle fit` shows it)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--memory-budget", f->memory_budget_gb,
-                 "GB for weights + KV cache + working memory together; the KV cache gets what is left")
+                 "GB per rank for weights + working memory + KV cache together; the KV cache gets what is left")
       ->check(CLI::PositiveNumber);
   app.add_flag("--paged-kv", f->paged_kv, "accepted for compatibility: the KV cache is always paged");
   app.add_option("--paged-kv-block-size", f->kv_block_size, "tokens per KV block (and per cached prefix block)")

@@ -128,8 +128,4 @@ std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const 
   return backends;
 }
 
-size_t available_memory_bytes() {
-  return static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
 }  // namespace kettle::cli

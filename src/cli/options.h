@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/generator.h"
+#include "engine/request.h"
 
 namespace kettle::cli {
 
@@ -73,8 +73,5 @@ struct TensorParallelOption {
   // One backend per rank on `device`; CPU ranks share the `threads` cores.
   std::vector<std::unique_ptr<Backend>> make_backends(const DeviceOption& device, int threads) const;
 };
-
-// Host memory available now (free RAM, without what is already mapped).
-size_t available_memory_bytes();
 
 }  // namespace kettle::cli

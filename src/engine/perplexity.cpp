@@ -22,10 +22,10 @@ double token_nll(const float* row, int64_t vocab, int32_t target) {
 
 }  // namespace
 
-PerplexityResult perplexity(ModelRunner& transformer, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
+PerplexityResult perplexity(ModelRunner& runner, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
                             const std::function<void(int64_t, int64_t, double)>& progress) {
   const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t vocab = transformer.spec().vocab_size;
+  const int64_t vocab = runner.spec().vocab_size;
   if (n < 2) fail(ErrorCategory::kInvalidArgument, "perplexity needs at least 2 tokens, the text has {}", n);
   if (context < 2) fail(ErrorCategory::kInvalidArgument, "--context must be at least 2, got {}", context);
   if (stride < 1 || stride > context)
@@ -47,8 +47,8 @@ PerplexityResult perplexity(ModelRunner& transformer, const std::vector<int32_t>
     const int64_t end = std::min(begin + context, n);
     const int64_t window = end - begin;
     const int64_t target_len = end - prev_end;  // tokens no earlier window scored
-    KvCache kv = transformer.new_cache();
-    transformer.forward(ids.data() + begin, window, kv, LogitsFor::kAllTokens, logits.data());
+    KvCache kv = runner.new_cache();
+    runner.forward(ids.data() + begin, window, kv, LogitsFor::kAllTokens, logits.data());
     // Window position j (>= 1) is predicted by the logits at j - 1.
     for (int64_t j = std::max<int64_t>(1, window - target_len); j < window; ++j) {
       nll_sum += token_nll(logits.data() + (j - 1) * vocab, vocab, ids[static_cast<size_t>(begin + j)]);

@@ -20,7 +20,7 @@ struct PerplexityResult {
 };
 
 // progress(windows_done, windows_total, perplexity_so_far), called after each window.
-PerplexityResult perplexity(ModelRunner& transformer, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
+PerplexityResult perplexity(ModelRunner& runner, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
                             const std::function<void(int64_t, int64_t, double)>& progress = {});
 
 }  // namespace kettle

@@ -4,6 +4,8 @@
 // TopPLogitsWarper, MinPLogitsWarper), a draw, and log-probabilities.
 #include "engine/sampler.h"
 
+#include <sstream>
+
 #include "backend/cpu/sample_row.h"
 
 #include <algorithm>
@@ -111,6 +113,20 @@ SampledToken Sampler::sample(const float* logits, int64_t vocab) {
 }
 
 SampleRow Sampler::rule() const { return {params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f}; }
+
+std::string Sampler::rng_state() const {
+  std::ostringstream out;
+  out << rng_;
+  return out.str();
+}
+
+void Sampler::set_rng_state(const std::string& state) {
+  std::istringstream in(state);
+  std::mt19937_64 rng;
+  in >> rng;
+  if (!in) fail(ErrorCategory::kInvalidArgument, "a sampler's saved generator state is not one");
+  rng_ = rng;
+}
 
 double Sampler::next_uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 

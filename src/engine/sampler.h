@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,11 @@ class Sampler {
   // The logits after penalties and bias: `logits` itself when none apply, else
   // an internal buffer valid until the next call.
   const float* processed_logits(const float* logits, int64_t vocab);
+
+  // The generator's state as text, and back: with start() and accept() of the tokens
+  // produced so far, a sampler restored this way draws what the original would have.
+  std::string rng_state() const;
+  void set_rng_state(const std::string& state);
 
  private:
   bool adjusts_logits() const;

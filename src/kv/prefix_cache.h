@@ -4,9 +4,16 @@
 // prompt starts with the same blocks (the next turn of a chat, a shared system
 // prompt, an agent's fan-out — also while the first request is still
 // running) adopts them instead of prefilling. Matching always leaves at least
-// one prompt token to run (its logits start the generation). Least recently
-// used leaves are evicted past the byte cap, and whenever the pool runs out of
-// free blocks (the pool's reclaimer). Each scope (an API key and a request's
+// one prompt token to run (its logits start the generation).
+//
+// A running sequence holds the path it shares with the tree (a Hold: what it
+// adopted, then what it inserted of its own), as SGLang's radix cache locks
+// its paths: a held node is never evicted (evicting it would free nothing the
+// sequence does not still hold) and is not charged to the byte cap, which
+// counts only the blocks the cache alone keeps. Least recently used unheld
+// leaves are evicted past the cap, and whenever the pool runs out of free
+// blocks (the pool's reclaimer). The cache is single-threaded: its owner (the
+// engine thread) makes every call, the reclaimer's included. Each scope (an API key and a request's
 // cache_salt, hashed by the server) has its own tree: requests share cached
 // blocks only within their scope, so `cached_tokens` tells a client nothing
 // about another scope's prompts.
@@ -22,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/kv_cache.h"
-#include "model/kv_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 
 namespace kettle {
 
@@ -32,12 +39,34 @@ struct PrefixCacheStats {
   int64_t hits = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the cache, summed
   int64_t entries = 0;        // blocks (tree nodes) held
-  size_t bytes = 0;
+  size_t bytes = 0;           // all of them
+  size_t held_bytes = 0;      // of nodes a running sequence holds too (not charged to the cap)
   size_t capacity_bytes = 0;
 };
 
 class PrefixCache {
+  struct Node;
+
  public:
+  // A running sequence's hold on its path in the tree; released when it ends (or is
+  // destroyed). Every hold ends before its cache does.
+  class Hold {
+   public:
+    Hold() = default;
+    Hold(Hold&& other) noexcept;
+    Hold& operator=(Hold&& other) noexcept;
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold() { release(); }
+    void release();
+    bool holds() const { return node_ != nullptr; }
+
+   private:
+    friend class PrefixCache;
+    PrefixCache* cache_ = nullptr;
+    Node* node_ = nullptr;  // the deepest node held; its ancestors are held with it
+  };
+
   // capacity_bytes 0: nothing is kept. The pool must outlive the cache.
   PrefixCache(KvPool& pool, size_t capacity_bytes);
   ~PrefixCache();
@@ -47,17 +76,21 @@ class PrefixCache {
   struct Match {
     std::array<std::vector<int32_t>, KvPool::kKinds> blocks;  // per kind, in position order
     int64_t tokens = 0;  // a multiple of the block size, < prompt.size(); 0: no hit
+    Hold hold;           // on the matched path, for the sequence that adopts it
   };
   // The longest cached block-aligned prefix of `prompt` whose blocks a continuation can
   // use (sliding-window layers: the window before it still held). Counts a lookup.
   Match match(std::span<const int32_t> prompt, uint64_t scope = 0);
 
-  // Records the whole blocks of `tokens`, whose KV `kv` holds (tokens.size() <= kv.length()).
+  // Records the whole blocks of `tokens`, whose KV `kv` holds (tokens.size() <= kv.length()),
+  // and moves `hold` (the sequence's that owns kv) to the deepest of them.
+  void insert(std::span<const int32_t> tokens, const KvCache& kv, uint64_t scope, Hold& hold);
+  // As insert, for a sequence that has ended: nobody holds the path afterwards.
   void insert(std::span<const int32_t> tokens, const KvCache& kv, uint64_t scope = 0);
 
-  // Evicts the least recently used leaf; false when there is none.
+  // Evicts the least recently used leaf nobody holds; false when there is none.
   bool evict_one();
-  // Drops every node (the counters stay); returns how many there were.
+  // Drops every node nobody holds (the counters stay); returns how many it dropped.
   int64_t clear();
 
   PrefixCacheStats stats() const;
@@ -65,6 +98,8 @@ class PrefixCache {
  private:
   struct Node {
     Node* parent = nullptr;                          // nullptr: a scope's root
+    int64_t holds = 0;                               // holds on this node or a descendant
+    bool listed = false;                             // in leaves_ (an unheld leaf)
     uint64_t scope = 0;                              // roots only
     std::vector<int32_t> tokens;                     // this block's tokens
     std::array<int32_t, KvPool::kKinds> block{};     // 0: none held
@@ -73,16 +108,22 @@ class PrefixCache {
   };
   size_t bytes_of(const Node& node) const;
   void touch(Node& node);
-  void set_leaf(Node& node, bool leaf);
+  void relist(Node& node);  // puts node in leaves_ exactly when it is an unheld leaf
+  void lock(Node* node);
+  void unlock(Node* node);
+  void hold_path(Hold& hold, Node* deepest);
+  void trim();  // evicts past the cap
+  void drop_all(Node& node);
   bool usable_window(const std::vector<Node*>& path, size_t blocks) const;
   void drop(Node& node);  // a leaf: releases its blocks and removes it
 
   KvPool& pool_;
   size_t capacity_;
   std::map<uint64_t, Node> roots_;  // one tree per scope; a root without children is dropped
-  std::set<std::pair<uint64_t, Node*>> leaves_;  // by last use
+  std::set<std::pair<uint64_t, Node*>> leaves_;  // unheld leaves by last use
   uint64_t clock_ = 0;
   size_t bytes_ = 0;
+  size_t held_bytes_ = 0;
   int64_t nodes_ = 0;
   int64_t lookups_ = 0, hits_ = 0, cached_tokens_ = 0;
 };

@@ -1,14 +1,45 @@
 #include "model/model_runner.h"
 
+#include "model/tensor_parallel.h"
 #include "model/tensor_parallel_runner.h"
-#include "model/transformer.h"
+#include "model/decoder_runner.h"
 
 namespace kettle {
 
-std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends,
-                                               KvPool::Options kv) {
-  if (backends.size() == 1) return std::make_unique<Transformer>(model, *backends[0], kv);
-  return std::make_unique<TensorParallelRunner>(model, backends, kv);
+std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends, KvPool& pool) {
+  if (backends.size() == 1) return std::make_unique<DecoderRunner>(model, *backends[0], pool);
+  return std::make_unique<TensorParallelRunner>(model, backends, pool);
+}
+
+int64_t logits_rows(const std::vector<BatchEntry>& entries) {
+  int64_t rows = 0;
+  for (const BatchEntry& e : entries) rows += e.logits;
+  return rows;
+}
+
+KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks) {
+  check_splittable(spec, ranks);
+  KvLayout layout;
+  layout.kv_heads = spec.n_kv_heads / ranks;
+  layout.head_dim = spec.head_dim;
+  layout.codec.element = element;
+  for (const LayerSpec& l : spec.layers)
+    layout.layers.push_back(l.sliding_window > 0 ? KvLayer{KvLayer::Kind::kWindow, l.sliding_window} : KvLayer{});
+  return layout;
+}
+
+std::unique_ptr<KvPool> make_kv_pool(const ModelSpec& spec, const std::vector<Backend*>& backends,
+                                     KvPool::Options options) {
+  const KvLayout layout = kv_layout(spec, backends.at(0)->kv_dtype(), static_cast<int>(backends.size()));
+  return std::make_unique<KvPool>(layout, backends, options);
+}
+
+StandaloneRunner make_standalone_runner(const Model& model, const std::vector<Backend*>& backends,
+                                        KvPool::Options options) {
+  StandaloneRunner r;
+  r.pool = make_kv_pool(model.spec, backends, options);
+  r.runner = make_model_runner(model, backends, *r.pool);
+  return r;
 }
 
 }  // namespace kettle

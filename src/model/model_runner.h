@@ -1,5 +1,5 @@
 // ModelRunner: what the engine asks of a loaded model — prefill and decode of
-// one or many sequences over their paged caches. Transformer runs the whole
+// one or many sequences over their paged caches. DecoderRunner runs the whole
 // model on one backend; TensorParallelRunner runs it split over several ranks.
 #pragma once
 
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/kv_cache.h"
-#include "model/kv_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
 #include "model/model_spec.h"
 
@@ -27,7 +27,11 @@ struct BatchEntry {
   int64_t n = 0;
   KvCache* kv = nullptr;
   bool decode = false;
+  int64_t logits = 1;  // rows of logits it gets back: its last `logits` tokens' (a verify entry: all of them)
 };
+
+// The logits rows a batch's entries get back in all.
+int64_t logits_rows(const std::vector<BatchEntry>& entries);
 
 class ModelRunner {
  public:
@@ -35,7 +39,7 @@ class ModelRunner {
 
   // The model as the engine sees it (the whole vocabulary, also when split).
   virtual const ModelSpec& spec() const = 0;
-  virtual KvPool& kv_pool() = 0;
+  virtual KvPool& kv_pool() = 0;  // the pool it was made over
   KvCache new_cache() { return KvCache(kv_pool()); }
 
   // Runs tokens[0, n) (host memory) at positions [kv.length(), kv.length() + n), appends
@@ -50,17 +54,37 @@ class ModelRunner {
 
   // Several sequences in one pass (continuous batching): the matmuls run over every
   // entry's tokens at once, attention per sequence over its own cache. Writes the
-  // logits of each entry's last token (host memory): [entries.size(), vocab].
+  // logits of each entry's last `logits` tokens, entry after entry (host memory):
+  // [logits_rows(entries), vocab].
   virtual void forward_batch(const std::vector<BatchEntry>& entries, float* logits) = 0;
 
-  // As forward_batch, then each entry's next token drawn where the logits live as
-  // params[i] (host memory) says: only the ids cross to the host.
+  // As forward_batch, then a token drawn from each logits row where the logits live as
+  // params[row] (host memory) says: only the ids cross to the host.
   virtual void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) = 0;
 };
 
-// The whole model on one backend (a Transformer), or split over several (tensor
-// parallelism, one rank per backend). The backends must outlive the runner.
-std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends,
-                                               KvPool::Options kv = {});
+// The whole model on one backend (a DecoderRunner), or split over several (tensor
+// parallelism, one rank per backend), over `pool` (made by make_kv_pool for the same
+// model and backends). The backends and the pool must outlive the runner.
+std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends, KvPool& pool);
+
+// What the KV store of `spec` holds on each of `ranks` ranks, in `element` (the backend's
+// Backend::kv_dtype): a layer with a sliding window keeps its window, any other all positions.
+KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks = 1);
+
+// The KV pool a runner of `model` on `backends` reads (one set of buffers per rank).
+std::unique_ptr<KvPool> make_kv_pool(const ModelSpec& spec, const std::vector<Backend*>& backends,
+                                     KvPool::Options options = {});
+
+// A runner with a pool of its own, for a tool that runs one model by itself (tests, the
+// single-sequence benchmarks); the engine makes the two itself.
+struct StandaloneRunner {
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<ModelRunner> runner;
+  ModelRunner* operator->() const { return runner.get(); }
+  ModelRunner& operator*() const { return *runner; }
+};
+StandaloneRunner make_standalone_runner(const Model& model, const std::vector<Backend*>& backends,
+                                        KvPool::Options options = {});
 
 }  // namespace kettle

@@ -1,6 +1,6 @@
 // ModelSpec: everything that differs between architectures, as data. The
 // config parser (config.cpp) fills it from config.json; the one generic
-// forward (transformer.cpp) reads nothing else.
+// forward (decoder_runner.cpp) reads nothing else.
 #pragma once
 
 #include <cstdint>

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend/collective.h"
-#include "model/kv_pool.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
 
 namespace kettle {
@@ -33,18 +33,18 @@ void check_splittable(const ModelSpec& spec, int ranks);
 // copies (held in the shard) where it is not. `model` must outlive the shard.
 ModelShard shard_model(const Model& model, int rank, int ranks);
 
-// What a Transformer running one shard needs: its rank's collective, its LM-head slice
+// What a DecoderRunner running one shard needs: its rank's collective, its LM-head slice
 // and, when the ranks share one block bookkeeping (TensorParallelRunner), that pool.
 struct TensorParallel {
   Collective* collective = nullptr;  // nullptr: the whole model on one device
   int64_t vocab_begin = 0;
   int64_t full_vocab = 0;
-  KvPool* pool = nullptr;  // shared: its owner reserves and advances the caches, once for all ranks
-  int pool_rank = 0;       // this rank's buffers in `pool` (0 in a pool of its own)
+  bool shared_pool = false;  // the ranks share one pool: its owner reserves and advances the caches, once for all
+  int pool_rank = 0;         // this rank's buffers in the pool (0 in a pool of its own)
 };
 
-inline TensorParallel tensor_parallel_of(const ModelShard& shard, Collective& collective, KvPool* pool = nullptr) {
-  return TensorParallel{&collective, shard.vocab_begin, shard.full_vocab, pool, pool != nullptr ? shard.rank : 0};
+inline TensorParallel tensor_parallel_of(const ModelShard& shard, Collective& collective, bool shared_pool = false) {
+  return TensorParallel{&collective, shard.vocab_begin, shard.full_vocab, shared_pool, shared_pool ? shard.rank : 0};
 }
 
 }  // namespace kettle

@@ -3,13 +3,13 @@
 #include <atomic>
 #include <exception>
 
-#include "model/transformer.h"
+#include "model/decoder_runner.h"
 #include "util/error.h"
 
 namespace kettle {
 
-TensorParallelRunner::TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool::Options kv)
-    : model_(model), backends_(backends), rank_threads_(static_cast<int>(backends.size())) {
+TensorParallelRunner::TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool& pool)
+    : model_(model), backends_(backends), pool_(pool), rank_threads_(static_cast<int>(backends.size())) {
   const int n = ranks();
   check_splittable(model.spec, n);
   for (Backend* b : backends_)
@@ -21,11 +21,10 @@ TensorParallelRunner::TensorParallelRunner(const Model& model, const std::vector
     collectives_.push_back(group_->member(r));
     shards_.push_back(std::make_unique<ModelShard>(shard_model(model, r, n)));
   }
-  pool_ = std::make_unique<KvPool>(backends_, shards_[0]->model.spec, kv);
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<size_t>(r);
-    ranks_.push_back(std::make_unique<Transformer>(shards_[i]->model, *backends_[i], kv,
-                                                   tensor_parallel_of(*shards_[i], *collectives_[i], pool_.get())));
+    ranks_.push_back(std::make_unique<DecoderRunner>(shards_[i]->model, *backends_[i], pool_,
+                                                   tensor_parallel_of(*shards_[i], *collectives_[i], true)));
   }
   scratch_.resize(static_cast<size_t>(n));
   scratch_ids_.resize(static_cast<size_t>(n));
@@ -88,7 +87,7 @@ int32_t TensorParallelRunner::forward_greedy(const int32_t* tokens, int64_t n, K
 }
 
 void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
-  const size_t count = entries.size() * static_cast<size_t>(model_.spec.vocab_size);
+  const size_t count = static_cast<size_t>(logits_rows(entries) * model_.spec.vocab_size);
   run(entries, [&](int r) {
     ranks_[static_cast<size_t>(r)]->forward_batch(entries, r == 0 ? logits : scratch_floats(r, count));
   });
@@ -97,7 +96,7 @@ void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries,
 void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params,
                                          int32_t* ids) {
   run(entries, [&](int r) {
-    ranks_[static_cast<size_t>(r)]->forward_batch(entries, params, r == 0 ? ids : scratch_ids(r, entries.size()));
+    ranks_[static_cast<size_t>(r)]->forward_batch(entries, params, r == 0 ? ids : scratch_ids(r, static_cast<size_t>(logits_rows(entries))));
   });
 }
 

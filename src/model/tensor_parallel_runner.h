@@ -1,6 +1,6 @@
 // TensorParallelRunner: one model split over several ranks (issue 8), behind the
 // same ModelRunner the engine drives. Each rank has its backend, its shard
-// (model/tensor_parallel.h), its Collective and its Transformer; the ranks share
+// (model/tensor_parallel.h), its Collective and its DecoderRunner; the ranks share
 // one KvPool's block bookkeeping (each keeps its KV heads in its own buffers), so
 // the engine's caches and prefix cache work unchanged. A call reserves the
 // sequences' blocks once, runs every rank on its own thread in lockstep (their
@@ -27,18 +27,18 @@
 
 namespace kettle {
 
-class Transformer;
+class DecoderRunner;
 
 class TensorParallelRunner final : public ModelRunner {
  public:
   // One backend per rank (not owned). Throws kettle::Error (kUnsupported) when the model
   // does not split that many ways, or the backends are GPUs.
-  TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool::Options kv = {});
+  TensorParallelRunner(const Model& model, const std::vector<Backend*>& backends, KvPool& pool);
   ~TensorParallelRunner() override;
 
   int ranks() const { return static_cast<int>(backends_.size()); }
   const ModelSpec& spec() const override { return model_.spec; }
-  KvPool& kv_pool() override { return *pool_; }
+  KvPool& kv_pool() override { return pool_; }
 
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) override;
   int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) override;
@@ -55,11 +55,11 @@ class TensorParallelRunner final : public ModelRunner {
 
   const Model& model_;
   std::vector<Backend*> backends_;
+  KvPool& pool_;  // one rank's share of the KV heads in each rank's buffers
   std::unique_ptr<HostGroup> group_;
   std::vector<std::unique_ptr<Collective>> collectives_;
   std::vector<std::unique_ptr<ModelShard>> shards_;
-  std::unique_ptr<KvPool> pool_;
-  std::vector<std::unique_ptr<Transformer>> ranks_;
+  std::vector<std::unique_ptr<DecoderRunner>> ranks_;
   std::vector<std::vector<float>> scratch_;     // ranks > 0: logits nobody reads
   std::vector<std::vector<int32_t>> scratch_ids_;  // ranks > 0: sampled ids nobody reads
   ThreadPool rank_threads_;                   // thread r runs rank r; last: joined first

@@ -198,9 +198,9 @@ json stop_sequence(const TurnEnd& end) {
   return end.stop_sequence.empty() ? json(nullptr) : json(end.stop_sequence);
 }
 
-class AnthropicFormat : public ResponseFormat {
+class AnthropicWriter : public ResponseWriter {
  public:
-  AnthropicFormat(std::string id, std::string model) : id_(std::move(id)), model_(std::move(model)) {}
+  AnthropicWriter(std::string id, std::string model) : id_(std::move(id)), model_(std::move(model)) {}
 
   std::string error_body(const ApiError& error) const override { return anthropic_error_body(error); }
 
@@ -295,8 +295,8 @@ class AnthropicFormat : public ResponseFormat {
 
 }  // namespace
 
-std::unique_ptr<ResponseFormat> make_anthropic_format(std::string id, std::string model) {
-  return std::make_unique<AnthropicFormat>(std::move(id), std::move(model));
+std::unique_ptr<ResponseWriter> make_anthropic_writer(std::string id, std::string model) {
+  return std::make_unique<AnthropicWriter>(std::move(id), std::move(model));
 }
 
 }  // namespace kettle::server

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "server/completion_params.h"
-#include "server/response_format.h"
+#include "server/response_writer.h"
 
 namespace kettle::server {
 
@@ -22,6 +22,6 @@ CompletionParams parse_anthropic_request(const nlohmann::ordered_json& body, con
 // {"type": "error", "error": {"type": …, "message": …}}
 std::string anthropic_error_body(const ApiError& error);
 
-std::unique_ptr<ResponseFormat> make_anthropic_format(std::string id, std::string model);
+std::unique_ptr<ResponseWriter> make_anthropic_writer(std::string id, std::string model);
 
 }  // namespace kettle::server

@@ -1,7 +1,7 @@
 // CompletionParams: one generation request as every API describes it once
 // parsed (OpenAI chat and completions, Anthropic messages), before the prompt
 // is rendered and tokenized. The protocol parsers fill it; the handler turns it
-// into a Job for the engine.
+// into a GenerationRequest for the engine.
 #pragma once
 
 #include <nlohmann/json.hpp>

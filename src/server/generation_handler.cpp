@@ -2,7 +2,7 @@
 // check the request with its protocol's parser, render and tokenize the prompt,
 // admit it (or 429 when the queue is full), hand it to the engine, and relay
 // the engine's events through a TurnBuilder (reasoning and tool calls parsed
-// out) into the protocol's ResponseFormat — whole, or as server-sent events.
+// out) into the protocol's ResponseWriter — whole, or as server-sent events.
 // A client that goes away cancels its generation: the event loop sees its
 // hang-up (or a failed write) and the exchange reports the client gone.
 #include <chrono>
@@ -30,9 +30,10 @@ struct HttpServer::Prepared {
   Api api = Api::kChat;
   const char* route = "";
   CompletionParams params;
-  Job job;
+  GenerationRequest request;
+  std::shared_ptr<EventChannel> channel = std::make_shared<EventChannel>();
   OutputParserOptions parse;
-  std::unique_ptr<ResponseFormat> format;
+  std::unique_ptr<ResponseWriter> writer;
 };
 
 namespace {
@@ -57,14 +58,14 @@ bool continues_final_message(const nlohmann::ordered_json& messages) {
 
 }  // namespace
 
-std::unique_ptr<ResponseFormat> HttpServer::response_format(Api api, const CompletionParams& params) const {
+std::unique_ptr<ResponseWriter> HttpServer::response_writer(Api api, const CompletionParams& params) const {
   const auto created = static_cast<int64_t>(std::time(nullptr));
   switch (api) {
-    case Api::kChat: return make_openai_format({random_id("chatcmpl-"), created, config_.model_id}, params);
-    case Api::kCompletion: return make_openai_format({random_id("cmpl-"), created, config_.model_id}, params);
+    case Api::kChat: return make_openai_writer({random_id("chatcmpl-"), created, config_.model_id}, params);
+    case Api::kCompletion: return make_openai_writer({random_id("cmpl-"), created, config_.model_id}, params);
     case Api::kMessages: break;
   }
-  return make_anthropic_format(random_id("msg_"), config_.model_id);
+  return make_anthropic_writer(random_id("msg_"), config_.model_id);
 }
 
 void HttpServer::reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route) {
@@ -87,7 +88,7 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   {
     std::lock_guard lock(prompt_mutex_);
     if (!params.chat) {
-      p.job.prompt = tokenizer_.encode(params.prompt, true);
+      p.request.prompt = tokenizer_.encode(params.prompt, true);
     } else {
       if (!chat_template_) throw ApiError(400, "this model has no chat template; use /v1/completions", "messages");
       nlohmann::ordered_json vars = params.template_vars;
@@ -122,13 +123,13 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
                        "messages");
       }
       const std::vector<Tokenizer::Span> spans = literal ? literal->restore(text) : std::vector<Tokenizer::Span>{};
-      p.job.prompt = tokenizer_.encode(text, false, spans);
+      p.request.prompt = tokenizer_.encode(text, false, spans);
       p.parse.format = detect_output_format(chat_template_->source(has_tools));
       p.parse.tools_requested = has_tools;
       p.parse.starts_in_reasoning = p.parse.format.reasoning && prompt_opens_reasoning(text);
     }
   }
-  const auto n_prompt = static_cast<int64_t>(p.job.prompt.size());
+  const auto n_prompt = static_cast<int64_t>(p.request.prompt.size());
   if (n_prompt == 0) throw ApiError(400, "the prompt encodes to no tokens", prompt_field);
   const int64_t room = config_.context_length - n_prompt;
   if (params.max_tokens && *params.max_tokens > room)
@@ -152,15 +153,14 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   if (engine_.load().queued >= config_.max_queue)
     throw ApiError(429, fmt::format("the server is busy: {} requests are already waiting; retry shortly", config_.max_queue));
 
-  p.job.max_tokens = max_tokens;
-  p.job.sampling = params.sampling;
-  p.job.stop = params.stop;
-  p.job.ignore_eos = params.ignore_eos;
+  p.request.max_tokens = max_tokens;
+  p.request.sampling = params.sampling;
+  p.request.stop = params.stop;
+  p.request.ignore_eos = params.ignore_eos;
   // Cached prefixes are shared only between requests of one key and one cache_salt.
   if (key_index != 0 || !params.cache_salt.empty())
-    p.job.cache_scope = std::hash<std::string>{}(fmt::format("{}\x1f{}", key_index, params.cache_salt)) | 1;
-  p.job.channel = std::make_shared<EventChannel>();
-  p.format = response_format(api, params);
+    p.request.cache_scope = std::hash<std::string>{}(fmt::format("{}\x1f{}", key_index, params.cache_salt)) | 1;
+  p.writer = response_writer(api, params);
   return p;
 }
 
@@ -178,13 +178,13 @@ void HttpServer::handle_generation(http::Exchange& exchange, Api api, int key_in
     HttpServer* server;
     ~Ended() { server->request_ended(); }
   } ended{this};
-  engine_.submit(prepared.job);  // the job keeps its channel; prepared keeps a reference to it
+  engine_.submit(prepared.request, prepared.channel);
   if (prepared.params.stream) return reply_stream(exchange, prepared);
   reply_whole(exchange, prepared);
 }
 
 void HttpServer::reply_whole(http::Exchange& exchange, Prepared& p) {
-  EventChannel& channel = *p.job.channel;
+  EventChannel& channel = *p.channel;
   TurnBuilder builder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_");
   Turn turn;
   for (;;) {
@@ -196,22 +196,23 @@ void HttpServer::reply_whole(http::Exchange& exchange, Prepared& p) {
       turn.add(builder.push(*e));
     } else if (e->kind == Event::Kind::kDone) {
       turn.add(builder.finish());
-      exchange.reply(http::Response(200, "application/json", p.format->full_response(turn, builder.end(*e))));
+      // Counted before the client hears: what it asks /stats next already includes this.
       metrics_.record_request(p.route, 200);
       metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
                                  e->queue_seconds + e->prefill_seconds);
+      exchange.reply(http::Response(200, "application/json", p.writer->full_response(turn, builder.end(*e))));
       return;
     } else {
       const int status = draining_ ? 503 : channel.cancelled() ? kClientClosed : 500;
-      exchange.reply(http::Response(status, "application/json", p.format->error_body(ApiError(status, e->text))));
       metrics_.record_request(p.route, status);
+      exchange.reply(http::Response(status, "application/json", p.writer->error_body(ApiError(status, e->text))));
       return;
     }
   }
 }
 
 void HttpServer::reply_stream(http::Exchange& exchange, Prepared& p) {
-  EventChannel& channel = *p.job.channel;
+  EventChannel& channel = *p.channel;
   TurnBuilder builder(p.parse, p.api == Api::kMessages ? "toolu_" : "call_");
   http::Response head(200, "text/event-stream", "");
   head.set_header("Cache-Control", "no-cache");
@@ -225,7 +226,7 @@ void HttpServer::reply_stream(http::Exchange& exchange, Prepared& p) {
     client_left();
     return false;
   };
-  if (!write(p.format->stream_start(static_cast<int64_t>(p.job.prompt.size())))) return;
+  if (!write(p.writer->stream_start(static_cast<int64_t>(p.request.prompt.size())))) return;
   for (;;) {
     std::optional<Event> e = channel.pop(100ms);
     if (!e) {
@@ -233,17 +234,17 @@ void HttpServer::reply_stream(http::Exchange& exchange, Prepared& p) {
       continue;
     }
     if (e->kind == Event::Kind::kText) {
-      if (!write(p.format->stream_delta(builder.push(*e)))) return;
+      if (!write(p.writer->stream_delta(builder.push(*e)))) return;
       continue;
     }
     if (e->kind == Event::Kind::kError) {
       const int status = draining_ ? 503 : 500;
       metrics_.record_request(p.route, channel.cancelled() && !draining_ ? kClientClosed : status);
-      exchange.write(p.format->stream_error(ApiError(status, e->text)));
+      exchange.write(p.writer->stream_error(ApiError(status, e->text)));
       return exchange.finish();
     }
-    std::string tail = p.format->stream_delta(builder.finish());
-    tail += p.format->stream_finish(builder.end(*e));
+    std::string tail = p.writer->stream_delta(builder.finish());
+    tail += p.writer->stream_finish(builder.end(*e));
     metrics_.record_request(p.route, 200);
     metrics_.record_generation(e->prompt_tokens, e->completion_tokens, e->prefill_seconds, e->decode_seconds,
                                e->queue_seconds + e->prefill_seconds);

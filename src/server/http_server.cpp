@@ -58,7 +58,7 @@ void add_page_headers(http::Response& r) {
 }  // namespace
 
 HttpServer::HttpServer(ServerConfig config, const Tokenizer& tokenizer, const ChatTemplate* chat_template,
-                       EngineWorker& engine)
+                       Engine& engine)
     : config_(std::move(config)),
       tokenizer_(tokenizer),
       chat_template_(chat_template),

@@ -1,8 +1,8 @@
 // HttpServer: the routes over the event-driven HTTP layer (server/http/) —
 // OpenAI routes, the Anthropic Messages route, /health, /stats, /metrics,
 // /admin and the chat page. Quick routes answer on the event loop; generations
-// run on a bounded pool of threads that turn requests into Jobs for the
-// EngineWorker and relay its events as JSON or server-sent events. shutdown()
+// run on a bounded pool of threads that turn requests into GenerationRequests for the
+// Engine and relay its events as JSON or server-sent events. shutdown()
 // drains in-flight requests before stopping.
 #pragma once
 
@@ -16,14 +16,14 @@
 
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "server/access_policy.h"
 #include "server/completion_params.h"
-#include "server/engine_worker.h"
 #include "server/http/event_server.h"
 #include "server/http/worker_pool.h"
 #include "server/metrics.h"
-#include "server/response_format.h"
+#include "server/response_writer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kettle::server {
@@ -46,7 +46,7 @@ class HttpServer {
  public:
   // tokenizer and chat_template must outlive the server; chat_template may be null
   // (then the chat routes answer 400).
-  HttpServer(ServerConfig config, const Tokenizer& tokenizer, const ChatTemplate* chat_template, EngineWorker& engine);
+  HttpServer(ServerConfig config, const Tokenizer& tokenizer, const ChatTemplate* chat_template, Engine& engine);
   ~HttpServer();
 
   // Binds (throws kettle::Error naming host:port on failure); then listen() blocks until shutdown().
@@ -65,7 +65,7 @@ class HttpServer {
   void answer_quick(http::Exchange& exchange, const std::string& path);
   void handle_generation(http::Exchange& exchange, Api api, int key_index);
   Prepared prepare(const http::Request& req, Api api, int key_index);
-  std::unique_ptr<ResponseFormat> response_format(Api api, const CompletionParams& params) const;
+  std::unique_ptr<ResponseWriter> response_writer(Api api, const CompletionParams& params) const;
   void reply_whole(http::Exchange& exchange, Prepared& prepared);
   void reply_stream(http::Exchange& exchange, Prepared& prepared);
   void reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route);
@@ -77,7 +77,7 @@ class HttpServer {
   ServerConfig config_;
   const Tokenizer& tokenizer_;
   const ChatTemplate* chat_template_;
-  EngineWorker& engine_;
+  Engine& engine_;
   AccessPolicy access_;
   std::vector<std::string> special_strings_;  // the tokenizer's special tokens, for --literal-special-tokens
   Metrics metrics_;

@@ -40,13 +40,13 @@ nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_i
           {"uptime_seconds", uptime},
           {"requests", {{"running", load.running}, {"queued", load.queued}, {"total", total}, {"by_status", by_status}}},
           {"kv",
-           {{"bytes_in_use", load.kv_bytes_in_use},
-            {"budget_bytes", load.kv_budget_bytes},
-            {"block_size", load.kv_pool.block_size},
-            {"blocks_used", load.kv_pool.blocks_used},
-            {"blocks_free", load.kv_pool.blocks_free},
-            {"pool_bytes_used", load.kv_pool.bytes_used},
-            {"pool_bytes_allocated", load.kv_pool.bytes_allocated}}},
+           {{"bytes_in_use", load.kv.bytes_reserved},
+            {"budget_bytes", load.kv.budget_bytes},
+            {"block_size", load.kv.block_size},
+            {"blocks_used", load.kv.blocks_used},
+            {"blocks_free", load.kv.blocks_free},
+            {"pool_bytes_used", load.kv.bytes_used},
+            {"pool_bytes_allocated", load.kv.bytes_allocated}}},
           {"generations", generations_},
           {"tokens", {{"prompt", prompt_tokens_}, {"completion", completion_tokens_}}},
           {"prefill_tokens_per_second", prefill_seconds_ > 0 ? static_cast<double>(prompt_tokens_) / prefill_seconds_ : 0.0},
@@ -59,6 +59,7 @@ nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_i
             {"cached_tokens", load.prefix_cache.cached_tokens},
             {"entries", load.prefix_cache.entries},
             {"bytes", load.prefix_cache.bytes},
+            {"held_bytes", load.prefix_cache.held_bytes},
             {"capacity_bytes", load.prefix_cache.capacity_bytes}}}};
 }
 
@@ -89,11 +90,11 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
   single("kettle_decode_seconds_total", "counter", "Seconds spent decoding after the first token.",
          fmt::format("{:.6f}", decode_seconds_));
   single("kettle_kv_bytes_in_use", "gauge", "KV cache bytes reserved by running generations.",
-         std::to_string(load.kv_bytes_in_use));
+         std::to_string(load.kv.bytes_reserved));
   single("kettle_kv_blocks_used", "gauge", "KV blocks held by sequences and the prefix cache.",
-         std::to_string(load.kv_pool.blocks_used));
+         std::to_string(load.kv.blocks_used));
   single("kettle_kv_blocks_free", "gauge", "KV blocks free, or to be had by growing the pool to its cap.",
-         std::to_string(load.kv_pool.blocks_free));
+         std::to_string(load.kv.blocks_free));
   single("kettle_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.",
          std::to_string(load.prefix_cache.lookups));
   single("kettle_prefix_cache_hits_total", "counter", "Prompts that reused a cached prefix.",

@@ -13,26 +13,11 @@
 #include <mutex>
 #include <string>
 
-#include "kv/prefix_cache.h"
+#include "engine/engine_load.h"
 
 namespace kettle::server {
 
-struct KvPoolStats {
-  int block_size = 0;
-  int64_t blocks_used = 0;  // held by a sequence or the prefix cache
-  int64_t blocks_free = 0;  // free now or by growing the pool to its cap
-  size_t bytes_used = 0;
-  size_t bytes_allocated = 0;
-};
-
-struct EngineLoad {
-  int running = 0;  // generations on the engine now
-  int queued = 0;   // waiting for it
-  PrefixCacheStats prefix_cache;
-  size_t kv_bytes_in_use = 0;  // reserved by running generations
-  size_t kv_budget_bytes = 0;  // 0: no cap
-  KvPoolStats kv_pool;
-};
+using kettle::EngineLoad;
 
 class Metrics {
  public:

@@ -281,9 +281,9 @@ class LogprobWriter {
   int64_t offset_ = 0;
 };
 
-class OpenAiFormat : public ResponseFormat {
+class OpenAiWriter : public ResponseWriter {
  public:
-  OpenAiFormat(ResponseMeta meta, const CompletionParams& params)
+  OpenAiWriter(ResponseMeta meta, const CompletionParams& params)
       : meta_(std::move(meta)), chat_(params.chat), include_usage_(params.include_usage),
         logprobs_(params.chat, params.sampling.logprobs ? params.sampling.top_logprobs : -1) {}
 
@@ -372,8 +372,8 @@ class OpenAiFormat : public ResponseFormat {
 
 }  // namespace
 
-std::unique_ptr<ResponseFormat> make_openai_format(ResponseMeta meta, const CompletionParams& params) {
-  return std::make_unique<OpenAiFormat>(std::move(meta), params);
+std::unique_ptr<ResponseWriter> make_openai_writer(ResponseMeta meta, const CompletionParams& params) {
+  return std::make_unique<OpenAiWriter>(std::move(meta), params);
 }
 
 }  // namespace kettle::server

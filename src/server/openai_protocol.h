@@ -11,7 +11,7 @@
 #include <string>
 
 #include "server/completion_params.h"
-#include "server/response_format.h"
+#include "server/response_writer.h"
 
 namespace kettle::server {
 
@@ -28,7 +28,7 @@ struct ResponseMeta {
   std::string model;
 };
 
-std::unique_ptr<ResponseFormat> make_openai_format(ResponseMeta meta, const CompletionParams& params);
+std::unique_ptr<ResponseWriter> make_openai_writer(ResponseMeta meta, const CompletionParams& params);
 
 // The model list of GET /v1/models.
 nlohmann::ordered_json openai_model_list(const std::string& model_id, int64_t created);

@@ -1,6 +1,6 @@
-// The hand-off between HTTP threads and the engine thread: a Job (one
-// generation, already tokenized) and its event channel (text pieces, then done
-// or error), plus the cancel flag the engine checks between decode steps.
+// The hand-off between the engine thread and an HTTP thread: an EventChannel is
+// the GenerationSink of one request (text pieces, then done or error, queued for
+// the HTTP thread to pop), plus the cancel flag the engine checks between steps.
 #pragma once
 
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/request.h"
 #include "server/turn.h"
 
 namespace kettle::server {
@@ -41,7 +41,7 @@ struct Event {
 };
 
 // One producer (the engine), one consumer (an HTTP thread).
-class EventChannel {
+class EventChannel final : public GenerationSink {
  public:
   void push(Event event) {
     {
@@ -59,25 +59,41 @@ class EventChannel {
     return e;
   }
   void cancel() { cancelled_.store(true); }
-  bool cancelled() const { return cancelled_.load(); }
+  bool cancelled() const override { return cancelled_.load(); }
+
+  // GenerationSink: the engine's output as events.
+  void on_output(GenerationOutput output) override {
+    if (output.text.empty() && output.logprobs.empty()) return;
+    Event e;
+    e.text = std::move(output.text);
+    for (TokenReport& t : output.logprobs) {
+      TokenLogprob lp{t.id, std::move(t.text), t.logprob, {}};
+      for (TokenReport& alt : t.top) lp.top.push_back({alt.id, std::move(alt.text), alt.logprob});
+      e.logprobs.push_back(std::move(lp));
+    }
+    push(std::move(e));
+  }
+  void on_end(const GenerationEnd& end) override {
+    if (end.finish_reason == "cancelled") return push(Event::error("generation cancelled: " + end.error));
+    if (!end.ok()) return push(Event::error(end.error));
+    Event e;
+    e.kind = Event::Kind::kDone;
+    e.finish_reason = end.finish_reason;
+    e.stop_sequence = end.stop_sequence;
+    e.prompt_tokens = end.prompt_tokens;
+    e.completion_tokens = end.completion_tokens;
+    e.cached_tokens = end.cached_tokens;
+    e.queue_seconds = end.queue_seconds;
+    e.prefill_seconds = end.prefill_seconds;
+    e.decode_seconds = end.decode_seconds;
+    push(std::move(e));
+  }
 
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Event> events_;
   std::atomic<bool> cancelled_{false};
-};
-
-struct Job {
-  std::vector<int32_t> prompt;
-  int64_t max_tokens = 0;
-  SamplingParams sampling;
-  std::vector<std::string> stop;  // stop strings (the eos ids always stop)
-  bool ignore_eos = false;
-  uint64_t cache_scope = 0;  // prefix-cache sharing only within one scope (API key + cache_salt)
-  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
-  size_t kv_reserved = 0;  // set by the engine on admission
-  std::shared_ptr<EventChannel> channel;
 };
 
 }  // namespace kettle::server

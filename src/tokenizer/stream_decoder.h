@@ -22,6 +22,17 @@ class StreamDecoder {
   std::string push(int32_t id);  // the text this id completed (often "")
   std::string finish();          // whatever is still held (an unfinished character as U+FFFD)
 
+  // What it holds between pushes, to be written out and read back.
+  struct State {
+    std::vector<int32_t> window;
+    size_t emitted = 0;
+  };
+  State state() const { return {ids_, emitted_}; }
+  void restore(State state) {
+    ids_ = std::move(state.window);
+    emitted_ = state.emitted;
+  }
+
  private:
   std::string decode_window() const;
   static bool is_byte_token(const std::string& token);
@@ -44,6 +55,19 @@ class StopMatcher {
   const std::string& matched() const { return matched_; }
   // Releases the held-back text when generation ends without a stop.
   std::string finish();
+
+  // What it holds between pushes (the stop strings are the request's), to be written
+  // out and read back.
+  struct State {
+    std::string held, matched;
+    bool stopped = false;
+  };
+  State state() const { return {held_, matched_, stopped_}; }
+  void restore(State state) {
+    held_ = std::move(state.held);
+    matched_ = std::move(state.matched);
+    stopped_ = state.stopped;
+  }
 
  private:
   std::vector<std::string> stops_;

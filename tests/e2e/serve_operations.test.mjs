@@ -225,12 +225,33 @@ test('--memory-budget below the weights exits non-zero naming the flag; a workab
   const small = spawnSync(kettle, ['serve', '--port', '65001', '--memory-budget', '0.5', '--no-open'], { encoding: 'utf8', timeout: 60000 });
   assert.notEqual(small.status, 0);
   assert.match(small.stderr, /--memory-budget 0\.50 GB does not hold the model's weights/);
-  // 2 GiB of working memory is set aside: 2.2 GB leaves the demo model's KV a few tens of MB.
-  const own = await startServer(['--memory-budget', '2.2']);
+  // 2 GiB and a prefill step's activations are set aside as working memory: 2.3 GB leaves the
+  // demo model's KV a few tens of MB.
+  const own = await startServer(['--memory-budget', '2.3']);
   try {
     const kv = (await (await fetch(`${own.base}/stats`)).json()).kv;
     assert.ok(kv.budget_bytes > 0 && kv.budget_bytes < 100e6, JSON.stringify(kv));
   } finally {
     stopServer(own);
+  }
+});
+
+// One memory policy: `kettle fit` reports the KV budget and prompt cache `serve` allocates
+// for the same model and flags (on the same default device).
+test('fit reports exactly the KV budget and prompt cache serve allocates with the same flags', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const kettle = process.env.KETTLE_BIN;
+  for (const flags of [['--memory-budget', '2.3'], ['--kv-budget', '0.05', '--prompt-cache', '0.01'],
+                       ['--memory-budget', '2.4', '--kv-budget', '0.09', '--prefill-chunk', '512']]) {
+    const fit = JSON.parse(execFileSync(kettle, ['fit', '--json', ...flags], { encoding: 'utf8' }));
+    const own = await startServer(flags);
+    try {
+      const stats = await (await fetch(`${own.base}/stats`)).json();
+      assert.equal(stats.kv.budget_bytes, fit.kv_budget_bytes, flags.join(' '));
+      assert.equal(stats.prefix_cache.capacity_bytes, fit.prompt_cache_bytes, flags.join(' '));
+      assert.ok(fit.kv_budget_bytes > 0);
+    } finally {
+      stopServer(own);
+    }
   }
 });

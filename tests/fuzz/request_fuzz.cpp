@@ -27,7 +27,7 @@ void parse_request(const std::string& body) {
     for (int api = 0; api < 3; ++api) {
       try {
         CompletionParams p = api == 2 ? parse_anthropic_request(json, ctx) : parse_openai_request(json, api == 0, ctx);
-        auto format = api == 2 ? make_anthropic_format("msg_x", "m") : make_openai_format({"id", 0, "m"}, p);
+        auto format = api == 2 ? make_anthropic_writer("msg_x", "m") : make_openai_writer({"id", 0, "m"}, p);
         format->stream_start(1);
       } catch (const ApiError& e) {
         if (e.status() != 400 && e.status() != 404) __builtin_trap();  // a parser answers 400 or 404 only

@@ -1,8 +1,10 @@
 // Continuous batching must not change a token: sequences of mixed lengths, some
-// sharing a prefix, join a running batch in waves, prefill in small chunks beside
-// the running decodes (as the server's engine steps them), and decode greedily
-// with the token drawn where the logits live — and each must produce exactly the
-// tokens it produces alone. Used by the CPU and the CUDA golden tests.
+// sharing a prefix (adopted from the prefix cache), join the engine's running
+// batch in waves, prefill in small chunks beside the running decodes (the
+// engine's own step loop, the one serve runs), and decode greedily with the
+// token drawn where the logits live — and each must produce exactly the tokens
+// it produces alone on a runner of its own. Used by the CPU and the CUDA golden
+// tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,8 +13,9 @@
 #include <vector>
 
 #include "golden/golden_cases.h"
+#include "engine/engine_core.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
 
 namespace kettle::golden {
 
@@ -42,66 +45,64 @@ inline std::vector<int32_t> alone(ModelRunner& t, const std::vector<int32_t>& pr
   return out;
 }
 
-// All of `prompts` through continuous batching: sequence i joins at step i / 3; prompts
-// prefill `chunk` tokens per step in all, after the decodes.
-inline std::vector<std::vector<int32_t>> batched(ModelRunner& t, const std::vector<std::vector<int32_t>>& prompts, int gen,
+// Collects one generation's tokens.
+class TokenSink final : public GenerationSink {
+ public:
+  void on_output(GenerationOutput output) override { tokens.insert(tokens.end(), output.ids.begin(), output.ids.end()); }
+  void on_end(const GenerationEnd& e) override { end = e; }
+  std::vector<int32_t> tokens;
+  GenerationEnd end;
+};
+
+// All of `prompts` through the engine: three join before each step; prompts prefill
+// `chunk` tokens per step in all, after the decodes; the prefix cache on.
+inline std::vector<std::vector<int32_t>> batched(const Model& model, const std::vector<Backend*>& backends,
+                                                 const std::vector<std::vector<int32_t>>& prompts, int gen,
                                                  int64_t chunk) {
-  const size_t count = prompts.size();
-  std::vector<KvCache> caches;
-  for (size_t i = 0; i < count; ++i) caches.push_back(t.new_cache());
-  std::vector<std::vector<int32_t>> out(count);
-  std::vector<int64_t> prefilled(count, 0);
-  std::vector<int32_t> next(count, 0);
-  for (int step = 0;; ++step) {
-    std::vector<BatchEntry> entries;
-    std::vector<size_t> who;
-    for (size_t i = 0; i < count; ++i)  // decodes first
-      if (static_cast<int>(i) / 3 <= step && prefilled[i] == static_cast<int64_t>(prompts[i].size()) &&
-          static_cast<int>(out[i].size()) < gen) {
-        entries.push_back({&next[i], 1, &caches[i], true});
-        who.push_back(i);
-      }
-    int64_t budget = chunk;
-    for (size_t i = 0; i < count && budget > 0; ++i) {
-      const auto len = static_cast<int64_t>(prompts[i].size());
-      if (static_cast<int>(i) / 3 > step || prefilled[i] == len) continue;
-      const int64_t n = std::min(budget, len - prefilled[i]);
-      entries.push_back({prompts[i].data() + prefilled[i], n, &caches[i]});
-      who.push_back(i);
-      prefilled[i] += n;
-      budget -= n;
+  EngineOptions options;
+  options.batch = static_cast<int>(prompts.size());
+  options.prefill_chunk = chunk;
+  options.prompt_cache_bytes = size_t{1} << 30;
+  options.kv_block_size = 4;  // small blocks: the shared prefixes are adopted
+  EngineCore core(model, nullptr, backends, options);
+  std::vector<std::shared_ptr<TokenSink>> sinks;
+  for (size_t next = 0; next < prompts.size() || !core.idle();) {
+    for (int joined = 0; joined < 3 && next < prompts.size(); ++joined, ++next) {
+      GenerationRequest request;
+      request.prompt = prompts[next];
+      request.max_tokens = gen;
+      request.ignore_eos = true;
+      sinks.push_back(std::make_shared<TokenSink>());
+      core.submit(std::move(request), sinks.back());
     }
-    if (entries.empty()) {
-      if (std::all_of(out.begin(), out.end(), [&](const auto& o) { return static_cast<int>(o.size()) == gen; })) break;
-      continue;  // waiting for the next wave
-    }
-    std::vector<SampleRow> greedy(entries.size());
-    std::vector<int32_t> ids(entries.size());
-    t.forward_batch(entries, greedy.data(), ids.data());
-    for (size_t e = 0; e < who.size(); ++e) {
-      const size_t i = who[e];
-      if (prefilled[i] < static_cast<int64_t>(prompts[i].size())) continue;  // mid-prompt: logits unused
-      out[i].push_back(ids[e]);
-      next[i] = ids[e];
-    }
+    core.step();
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& sink : sinks) {
+    EXPECT_TRUE(sink->end.ok()) << sink->end.error;
+    out.push_back(sink->tokens);
+  }
+  if (core.load().prefix_cache.capacity_bytes > 0 && prompts.front().size() >= 9) {  // (off for length-dependent RoPE)
+    EXPECT_GT(core.load().prefix_cache.hits, 0) << "no sequence adopted a cached prefix";
   }
   return out;
 }
 
-inline void expect_batched_equals_alone(ModelRunner& t, const std::vector<int32_t>& base) {
+inline void expect_batched_equals_alone(const Model& model, const std::vector<Backend*>& batched_on, Backend& alone_on,
+                                        const std::vector<int32_t>& base) {
   const auto prompts = mixed_prompts(base, 10);
   constexpr int kGen = 12;
-  const auto together = batched(t, prompts, kGen, 7);
+  const auto together = batched(model, batched_on, prompts, kGen, 7);
+  StandaloneRunner reference = make_standalone_runner(model, {&alone_on});
   for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(together[i], alone(t, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
+    EXPECT_EQ(together[i], alone(*reference, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
 }
 
 // The golden case `name`'s model on `backend`: batching changes no token.
 inline void expect_batching_changes_no_token(Backend& backend, const std::string& name) {
   Golden g = read_golden(case_dir(name));
   Model model = load_model(model_dir(name));
-  Transformer transformer(model, backend, KvPool::Options{16, 0});
-  expect_batched_equals_alone(transformer, g.prompt);
+  expect_batched_equals_alone(model, {&backend}, backend, g.prompt);
 }
 
 }  // namespace kettle::golden

@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
-#include "engine/generator.h"
+#include "engine/engine_core.h"
 #include "golden/batch_equivalence.h"
 #include "golden/golden_cases.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
 
 namespace kettle {
 namespace {
@@ -30,10 +30,11 @@ class GoldenCudaTest : public ::testing::TestWithParam<std::string> {
 TEST_P(GoldenCudaTest, PromptLogitsMatchTransformers) {
   Golden g = read_golden(case_dir(GetParam()));
   Model model = load_model(model_dir(GetParam()));
-  Transformer transformer(model, *backend_);
-  KvCache kv = transformer.new_cache();
+  StandaloneRunner standalone = make_standalone_runner(model, {backend_.get()});
+  ModelRunner& runner = *standalone;
+  KvCache kv = runner.new_cache();
   std::vector<float> logits(g.logits.size(), NAN);
-  transformer.forward(g.prompt.data(), g.positions, kv, LogitsFor::kAllTokens, logits.data());
+  runner.forward(g.prompt.data(), g.positions, kv, LogitsFor::kAllTokens, logits.data());
   double worst = 0;
   for (int64_t p = 0; p < g.positions; ++p) {
     double err = relative_error(logits.data() + p * g.vocab, g.logits.data() + p * g.vocab, g.vocab);
@@ -47,13 +48,12 @@ TEST_P(GoldenCudaTest, PromptLogitsMatchTransformers) {
 TEST_P(GoldenCudaTest, GreedyTokensMatchTransformers) {
   Golden g = read_golden(case_dir(GetParam()));
   Model model = load_model(model_dir(GetParam()));
-  Transformer transformer(model, *backend_);
+  EngineCore core(model, nullptr, {backend_.get()}, EngineOptions{});
   GenerationRequest request;
   request.prompt = g.prompt;
   request.max_tokens = static_cast<int64_t>(g.greedy.size());
-  request.stop_ids = model.generation.eos_token_ids;
   for (int run = 0; run < 2; ++run) {  // the second run replays the recorded decode steps
-    GenerationResult result = generate(transformer, request);
+    GenerationResult result = generate(core, request);
     EXPECT_EQ(result.tokens, g.greedy) << "run " << run;
   }
 }
@@ -61,14 +61,15 @@ TEST_P(GoldenCudaTest, GreedyTokensMatchTransformers) {
 TEST_P(GoldenCudaTest, IncrementalDecodeMatchesReference) {
   Golden g = read_golden(case_dir(GetParam()));
   Model model = load_model(model_dir(GetParam()));
-  Transformer transformer(model, *backend_);
-  KvCache kv = transformer.new_cache();
+  StandaloneRunner standalone = make_standalone_runner(model, {backend_.get()});
+  ModelRunner& runner = *standalone;
+  KvCache kv = runner.new_cache();
   const int64_t split = g.positions / 2;
   std::vector<float> logits(static_cast<size_t>(g.vocab));
-  transformer.forward(g.prompt.data(), split, kv, LogitsFor::kLastToken, logits.data());
+  runner.forward(g.prompt.data(), split, kv, LogitsFor::kLastToken, logits.data());
   for (int64_t p = split; p < g.positions; ++p) {
     std::fill(logits.begin(), logits.end(), NAN);
-    transformer.forward(&g.prompt[static_cast<size_t>(p)], 1, kv, LogitsFor::kLastToken, logits.data());
+    runner.forward(&g.prompt[static_cast<size_t>(p)], 1, kv, LogitsFor::kLastToken, logits.data());
     EXPECT_LE(relative_error(logits.data(), g.logits.data() + p * g.vocab, g.vocab), kBf16LogitTolerance)
         << "position " << p;
   }

@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "backend/backend.h"
-#include "engine/generator.h"
+#include "engine/engine_core.h"
 #include "model/model.h"
-#include "model/transformer.h"
+#include "model/model_runner.h"
 #include "golden/batch_equivalence.h"
 #include "golden/golden_cases.h"
 
@@ -29,10 +29,11 @@ TEST_P(GoldenTest, PromptLogitsMatchTransformers) {
   ASSERT_EQ(static_cast<int64_t>(g.prompt.size()), g.positions);
   for (int threads : {1, 2}) {
     auto backend = make_cpu_backend(threads);
-    Transformer transformer(model, *backend);
-    KvCache kv = transformer.new_cache();
+    StandaloneRunner standalone = make_standalone_runner(model, {backend.get()});
+    ModelRunner& runner = *standalone;
+    KvCache kv = runner.new_cache();
     std::vector<float> logits(g.logits.size(), NAN);
-    transformer.forward(g.prompt.data(), g.positions, kv, LogitsFor::kAllTokens, logits.data());
+    runner.forward(g.prompt.data(), g.positions, kv, LogitsFor::kAllTokens, logits.data());
     double worst = 0;
     for (int64_t p = 0; p < g.positions; ++p) {
       double err = relative_error(logits.data() + p * g.vocab, g.logits.data() + p * g.vocab, g.vocab);
@@ -48,12 +49,11 @@ TEST_P(GoldenTest, GreedyTokensMatchTransformers) {
   Golden g = read_golden(dir);
   Model model = load_model(model_dir(GetParam()));
   auto backend = make_cpu_backend(2);
-  Transformer transformer(model, *backend);
+  EngineCore core(model, nullptr, {backend.get()}, EngineOptions{});
   GenerationRequest request;
   request.prompt = g.prompt;
   request.max_tokens = static_cast<int64_t>(g.greedy.size());
-  request.stop_ids = model.generation.eos_token_ids;
-  GenerationResult result = generate(transformer, request);
+  GenerationResult result = generate(core, request);
   EXPECT_EQ(result.tokens, g.greedy);
 }
 
@@ -64,13 +64,14 @@ TEST_P(GoldenTest, IncrementalDecodeMatchesPrefill) {
   Golden g = read_golden(dir);
   Model model = load_model(model_dir(GetParam()));
   auto backend = make_cpu_backend(2);
-  Transformer transformer(model, *backend);
-  KvCache kv = transformer.new_cache();
+  StandaloneRunner standalone = make_standalone_runner(model, {backend.get()});
+  ModelRunner& runner = *standalone;
+  KvCache kv = runner.new_cache();
   const int64_t split = g.positions / 2;
   std::vector<float> logits(static_cast<size_t>(g.vocab));
-  transformer.forward(g.prompt.data(), split, kv, LogitsFor::kLastToken, logits.data());
+  runner.forward(g.prompt.data(), split, kv, LogitsFor::kLastToken, logits.data());
   for (int64_t p = split; p < g.positions; ++p) {
-    transformer.forward(&g.prompt[static_cast<size_t>(p)], 1, kv, LogitsFor::kLastToken, logits.data());
+    runner.forward(&g.prompt[static_cast<size_t>(p)], 1, kv, LogitsFor::kLastToken, logits.data());
     EXPECT_LE(relative_error(logits.data(), g.logits.data() + p * g.vocab, g.vocab), 1e-4) << "position " << p;
   }
 }

@@ -18,7 +18,7 @@
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 #include "model/tensor_parallel_runner.h"
-#include "model/transformer.h"
+#include "model/decoder_runner.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -39,13 +39,15 @@ SplitRun run_split(const Model& model, int ranks, const std::vector<int32_t>& pr
   HostGroup group(ranks);
   std::vector<std::unique_ptr<Backend>> backends;
   std::vector<std::unique_ptr<Collective>> members;
-  std::vector<std::unique_ptr<Transformer>> transformers;
+  std::vector<std::unique_ptr<KvPool>> pools;
+  std::vector<std::unique_ptr<DecoderRunner>> transformers;
   for (int r = 0; r < ranks; ++r) shards.push_back(shard_model(model, r, ranks));
   for (int r = 0; r < ranks; ++r) {
     backends.push_back(make_cpu_backend(1));
     members.push_back(group.member(r));
-    transformers.push_back(std::make_unique<Transformer>(shards[static_cast<size_t>(r)].model, *backends.back(),
-                                                         KvPool::Options{},
+    pools.push_back(make_kv_pool(shards[static_cast<size_t>(r)].model.spec, {backends.back().get()}));
+    transformers.push_back(std::make_unique<DecoderRunner>(shards[static_cast<size_t>(r)].model, *backends.back(),
+                                                         *pools.back(),
                                                          tensor_parallel_of(shards[static_cast<size_t>(r)], *members.back())));
   }
   const auto positions = static_cast<int64_t>(prompt.size());
@@ -54,7 +56,7 @@ SplitRun run_split(const Model& model, int ranks, const std::vector<int32_t>& pr
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
-      Transformer& t = *transformers[static_cast<size_t>(r)];
+      DecoderRunner& t = *transformers[static_cast<size_t>(r)];
       const int64_t vocab = t.vocab();
       KvCache kv = t.new_cache();
       std::vector<float>& logits = run.prompt_logits[static_cast<size_t>(r)];
@@ -111,26 +113,20 @@ TEST_P(TensorParallelTest, ShardsSummedEqualTheWholeModel) {
   }
 }
 
-// The runner the engine drives, two ranks sharing one block bookkeeping: sequences of
-// mixed lengths (some sharing a prefix) joining in waves and prefilling in 7-token chunks
-// beside decodes get the tokens the whole model gives each of them alone.
+// The engine over two ranks sharing one block bookkeeping: sequences of mixed lengths
+// (some sharing a prefix) joining in waves and prefilling in 7-token chunks beside
+// decodes get the tokens the whole model gives each of them alone.
 TEST_P(TensorParallelTest, RunnerBatchesLikeTheWholeModel) {
   Golden g = read_golden(case_dir(GetParam()));
   Model model = load_model(model_dir(GetParam()));
   auto rank0 = make_cpu_backend(1), rank1 = make_cpu_backend(1);
   const std::vector<Backend*> backends{rank0.get(), rank1.get()};
   if (!splits(model.spec, 2)) {
-    EXPECT_THROW(TensorParallelRunner(model, backends), Error);
+    EXPECT_THROW(EngineCore(model, nullptr, backends, EngineOptions{}), Error);
     return;
   }
-  TensorParallelRunner split(model, backends);
   auto whole_backend = make_cpu_backend(1);
-  Transformer whole(model, *whole_backend);
-  const auto prompts = mixed_prompts(g.prompt, 10);
-  constexpr int kGen = 12;
-  const auto together = batched(split, prompts, kGen, 7);
-  for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(together[i], alone(whole, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
+  expect_batched_equals_alone(model, backends, *whole_backend, g.prompt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TensorParallelTest, ::testing::ValuesIn(case_names()),

@@ -138,7 +138,7 @@ class CudaBackend final : public Backend {
     }
     free_[round_up(bytes)].push_back(data);
   }
-  size_t kv_value_bytes() const override { return 2; }  // f16 (paging.cuh)
+  DType kv_dtype() const override { return DType::kF16; }  // paging.cuh
   void keep_activations_exact(bool on) override { exact_activations_ = on; }
   void set_decode_rows(int64_t rows) override { decode_rows_ = rows; }
   void set_batch_invariant(bool on) override { batch_invariant_ = on; }

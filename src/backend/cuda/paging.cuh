@@ -1,7 +1,7 @@
 // The paged KV cache (KvPages) as kernels see it: a logical row of a query's
 // sequence mapped to its pool row through the query's block table, with a
 // shift instead of a division when the block size is a power of two. Keys and
-// values are f16 (CudaBackend::kv_value_bytes): half the bytes of f32 for the
+// values are f16 (CudaBackend::kv_dtype): half the bytes of f32 for the
 // attention reads, 11 significant bits, ample range for post-RoPE keys.
 #pragma once
 

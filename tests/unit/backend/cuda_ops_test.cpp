@@ -159,7 +159,7 @@ TEST_F(CudaOpsTest, QkvRopeStoreWithNormsAndPartialRotationIntoPages) {
                                  " norms " + std::to_string(norms);
         EXPECT_LE(rel_err(down(dq), q), 1e-5) << what;
         // The whole pool: other rows untouched. f16 keeps 11 significant bits.
-        const double kv_bound = gpu_->kv_value_bytes() == sizeof(float) ? 1e-5 : 1e-3;
+        const double kv_bound = dtype_size(gpu_->kv_dtype()) == sizeof(float) ? 1e-5 : 1e-3;
         EXPECT_LE(rel_err(kv_download(*gpu_, dk), kc), kv_bound) << what;
         EXPECT_LE(rel_err(kv_download(*gpu_, dv), vc), kv_bound) << what;
       }
@@ -462,7 +462,7 @@ TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
     const double us = time_us(
         50, [&] { gpu_->attention(dq.data(), seqs, heads * hd, kv, dpos.data(), max_kv, p, dout.data(), heads * hd); });
     const double bytes =
-        2.0 * static_cast<double>(seqs * keys * kv_heads * hd) * static_cast<double>(gpu_->kv_value_bytes());
+        2.0 * static_cast<double>(seqs * keys * kv_heads * hd) * static_cast<double>(dtype_size(gpu_->kv_dtype()));
     std::printf("paged decode attention %lld seqs x %lld keys (32/8 heads, hd 128, block 16): %.1f us, %.0f GB/s\n",
                 static_cast<long long>(seqs), static_cast<long long>(keys), us, bytes / us / 1e3);
   }

@@ -50,11 +50,11 @@ inline double rel_err(const std::vector<float>& out, const std::vector<float>& r
   return std::sqrt(d / n);
 }
 
-// Host keys or values in `backend`'s KV element type (Backend::kv_value_bytes: f32 or
+// Host keys or values in `backend`'s KV element type (Backend::kv_dtype: f32 or
 // f16), in its memory; back to f32; and rounded through that type on the host.
 inline BackendArray<unsigned char> kv_upload(Backend& backend, const std::vector<float>& host) {
-  BackendArray<unsigned char> a(backend, host.size() * backend.kv_value_bytes());
-  if (backend.kv_value_bytes() == sizeof(float)) {
+  BackendArray<unsigned char> a(backend, host.size() * dtype_size(backend.kv_dtype()));
+  if (dtype_size(backend.kv_dtype()) == sizeof(float)) {
     backend.to_device(a.data(), host.data(), a.bytes());
   } else {
     std::vector<uint16_t> bits(host.size());
@@ -65,8 +65,8 @@ inline BackendArray<unsigned char> kv_upload(Backend& backend, const std::vector
 }
 
 inline std::vector<float> kv_download(Backend& backend, BackendArray<unsigned char>& a) {
-  std::vector<float> host(a.bytes() / backend.kv_value_bytes());
-  if (backend.kv_value_bytes() == sizeof(float)) {
+  std::vector<float> host(a.bytes() / dtype_size(backend.kv_dtype()));
+  if (dtype_size(backend.kv_dtype()) == sizeof(float)) {
     backend.to_host(host.data(), a.data(), a.bytes());
   } else {
     std::vector<uint16_t> bits(host.size());
@@ -77,7 +77,7 @@ inline std::vector<float> kv_download(Backend& backend, BackendArray<unsigned ch
 }
 
 inline std::vector<float> kv_rounded(const Backend& backend, std::vector<float> x) {
-  if (backend.kv_value_bytes() != sizeof(float))
+  if (dtype_size(backend.kv_dtype()) != sizeof(float))
     for (float& v : x) v = f16_to_f32(f32_to_f16(v));
   return x;
 }

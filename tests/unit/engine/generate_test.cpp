@@ -1,6 +1,7 @@
-// generate() with the sampler extras on a tiny real checkpoint: logit_bias and
-// logprobs reach the decode loop, and the first token's logprobs equal a double
-// log-softmax of the prompt's last logits as generate() itself dumps them.
+// Generation through the engine with the sampler extras on a tiny real
+// checkpoint: logit_bias and logprobs reach the decode loop, and the first
+// token's logprobs equal a double log-softmax of the prompt's last logits as the
+// engine's own runner computes them in a prefill of its own.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,9 +11,8 @@
 #include <fstream>
 
 #include "backend/backend.h"
-#include "engine/generator.h"
+#include "engine/engine_core.h"
 #include "model/model.h"
-#include "model/transformer.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 struct TinyModel {
   Model model = load_model((fs::path(KETTLE_TEST_DATA) / "goldens" / "llama" / "model").string());
   std::unique_ptr<Backend> backend = make_cpu_backend(1);
-  Transformer transformer{model, *backend};
+  EngineCore core{model, nullptr, {backend.get()}, EngineOptions{}};
 };
 
 TEST(Generate, LogitBiasForcesEveryStep) {
@@ -32,28 +32,27 @@ TEST(Generate, LogitBiasForcesEveryStep) {
   request.prompt = {1, 17, 42, 99};
   request.max_tokens = 6;
   request.sampling.logit_bias = {{123, 100.0f}};
-  EXPECT_EQ(generate(tiny.transformer, request).tokens, std::vector<int32_t>(6, 123));
+  EXPECT_EQ(generate(tiny.core, request).tokens, std::vector<int32_t>(6, 123));
 }
 
 TEST(Generate, LogprobsOfTheFirstTokenEqualLogSoftmaxOfThePromptLogits) {
   TinyModel tiny;
   const int64_t vocab = tiny.model.spec.vocab_size;
-  fs::path dump = fs::temp_directory_path() / ("kettle_generate_test_" + std::to_string(::getpid()) + ".f32");
   GenerationRequest request;
   request.prompt = {1, 5, 9};
   request.max_tokens = 4;
-  request.logits_dump_path = dump.string();
   request.sampling.logprobs = true;
   request.sampling.top_logprobs = 5;
-  std::vector<SampledToken> seen;
-  GenerationResult result = generate(tiny.transformer, request, [&](const SampledToken& t) { seen.push_back(t); });
+  std::vector<TokenReport> seen;
+  GenerationResult result = generate(tiny.core, request, [&](const GenerationOutput& out) {
+    seen.insert(seen.end(), out.logprobs.begin(), out.logprobs.end());
+  });
+  ASSERT_TRUE(result.end.ok()) << result.end.error;
   ASSERT_EQ(seen.size(), result.tokens.size());
 
   std::vector<float> logits(static_cast<size_t>(3 * vocab));
-  std::ifstream in(dump, std::ios::binary);
-  in.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
-  ASSERT_TRUE(in);
-  fs::remove(dump);
+  KvCache kv(tiny.core.pool());
+  tiny.core.runner().forward(request.prompt.data(), 3, kv, LogitsFor::kAllTokens, logits.data());
   const float* last = logits.data() + 2 * vocab;
   double m = *std::max_element(last, last + vocab), z = 0.0;
   for (int64_t i = 0; i < vocab; ++i) z += std::exp(last[i] - m);
@@ -73,7 +72,11 @@ TEST(Generate, RejectsABiasOutsideTheVocabularyBeforeAnyWork) {
   GenerationRequest request;
   request.prompt = {1};
   request.sampling.logit_bias = {{static_cast<int32_t>(tiny.model.spec.vocab_size), 1.0f}};
-  EXPECT_THROW(generate(tiny.transformer, request), Error);
+  const GenerationResult result = generate(tiny.core, request);
+  EXPECT_EQ(result.end.finish_reason, "error");
+  EXPECT_EQ(result.end.error_category, ErrorCategory::kInvalidArgument);
+  EXPECT_NE(result.end.error.find("logit_bias"), std::string::npos) << result.end.error;
+  EXPECT_TRUE(result.tokens.empty());
 }
 
 }  // namespace

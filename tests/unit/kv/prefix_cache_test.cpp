@@ -9,8 +9,8 @@
 
 #include "backend/backend.h"
 #include "kv/prefix_cache.h"
-#include "model/kv_cache.h"
-#include "model/kv_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -19,14 +19,13 @@ namespace {
 constexpr int kBlock = 4;
 constexpr int64_t kKvSize = 4;
 
-ModelSpec spec_with(std::vector<int> windows) {
-  ModelSpec spec;
-  spec.n_layers = static_cast<int64_t>(windows.size());
-  spec.n_heads = 1;
-  spec.n_kv_heads = 1;
-  spec.head_dim = static_cast<int>(kKvSize);
-  for (int w : windows) spec.layers.push_back(LayerSpec{w, 0, false});
-  return spec;
+// Layers with these sliding windows (0: full attention), one KV head of kKvSize, f32 (the CPU's).
+KvLayout layout_with(std::vector<int> windows) {
+  KvLayout layout;
+  layout.kv_heads = 1;
+  layout.head_dim = kKvSize;
+  for (int w : windows) layout.layers.push_back(w > 0 ? KvLayer{KvLayer::Kind::kWindow, w} : KvLayer{});
+  return layout;
 }
 
 std::vector<int32_t> range(int32_t first, int32_t count) {
@@ -56,8 +55,8 @@ KvCache filled(KvPool& pool, const std::vector<int32_t>& tokens) {
 class PrefixCacheTest : public ::testing::Test {
  protected:
   std::unique_ptr<Backend> backend_ = make_cpu_backend(1);
-  ModelSpec spec_ = spec_with({0, 0});
-  KvPool pool_{*backend_, spec_, KvPool::Options{kBlock, 0}};
+  KvLayout layout_ = layout_with({0, 0});
+  KvPool pool_{layout_, *backend_, KvPool::Options{kBlock, 0}};
 };
 
 TEST_F(PrefixCacheTest, LongestBlockAlignedPrefixIsSharedNotMoved) {
@@ -172,7 +171,7 @@ TEST_F(PrefixCacheTest, EvictsLeastRecentlyUsedPastTheCap) {
 }
 
 TEST_F(PrefixCacheTest, AFullPoolTakesBlocksBackFromTheTree) {
-  KvPool pool(*backend_, spec_, KvPool::Options{kBlock, 20 * pool_.bytes_per_block(KvPool::kFull)});
+  KvPool pool(layout_, *backend_, KvPool::Options{kBlock, 20 * pool_.bytes_per_block(KvPool::kFull)});
   PrefixCache cache(pool, 1 << 20);
   pool.set_reclaimer([&] { return cache.evict_one(); });
   {
@@ -189,10 +188,72 @@ TEST_F(PrefixCacheTest, AFullPoolTakesBlocksBackFromTheTree) {
   EXPECT_THROW(more.reserve(21 * kBlock), Error);
 }
 
+// The pool's reclaimer must only take what evicting frees: a tree whose every block a
+// running sequence also holds has nothing to give, and keeps its entries.
+TEST_F(PrefixCacheTest, EvictionNeverDropsWhatARunningSequenceHolds) {
+  KvPool pool(layout_, *backend_, KvPool::Options{kBlock, 8 * pool_.bytes_per_block(KvPool::kFull)});
+  PrefixCache cache(pool, 1 << 20);
+  pool.set_reclaimer([&] { return cache.evict_one(); });
+  KvCache running = filled(pool, range(0, 32));  // 8 blocks: the pool is full
+  PrefixCache::Hold hold;                        // the running sequence's
+  cache.insert(range(0, 32), running, 0, hold);
+  KvCache next(pool);
+  EXPECT_THROW(next.reserve(kBlock), Error) << "nothing can be freed";
+  EXPECT_EQ(cache.stats().entries, 8) << "evicting blocks a sequence holds frees nothing: the tree keeps them";
+  EXPECT_EQ(cache.match(range(0, 33)).tokens, 32);
+  EXPECT_EQ(cache.clear(), 0) << "a flush drops only what nobody holds";
+  hold.release();
+  running.clear();  // the sequence ends: its blocks are the tree's alone, and can go
+  next.reserve(2 * kBlock);
+  EXPECT_EQ(cache.stats().entries, 6) << "the least recently used leaves went first";
+  EXPECT_EQ(cache.match(range(0, 33)).tokens, 24);
+}
+
+// --prompt-cache counts what the cache alone keeps: a running sequence's shared blocks are
+// not charged (nor evicted) until it ends; then the cap holds.
+TEST_F(PrefixCacheTest, TheCapCountsOnlyBlocksTheCacheAloneKeeps) {
+  const size_t block = pool_.bytes_per_block(KvPool::kFull);
+  PrefixCache cache(pool_, 2 * block);
+  KvCache running = filled(pool_, range(0, 16));  // 4 blocks
+  {
+    PrefixCache::Hold hold;
+    cache.insert(range(0, 16), running, 0, hold);
+    EXPECT_EQ(cache.stats().entries, 4);
+    EXPECT_EQ(cache.stats().held_bytes, 4 * block);
+    PrefixCache::Match shared = cache.match(range(0, 9));  // a second sequence holds the first two blocks
+    EXPECT_EQ(shared.tokens, 8);
+    hold.release();  // the first ends: blocks 2 and 3 are the cache's alone, over the cap with nothing else
+    EXPECT_EQ(cache.stats().entries, 4);
+    EXPECT_EQ(cache.stats().bytes - cache.stats().held_bytes, 2 * block);
+  }  // the second ends: four blocks of the cache's own, two too many
+  EXPECT_EQ(cache.stats().entries, 2);
+  EXPECT_EQ(cache.stats().held_bytes, 0u);
+  EXPECT_EQ(cache.match(range(0, 17)).tokens, 8);
+}
+
+// A block leaves the pool as one byte string across its layers and comes back into another.
+TEST_F(PrefixCacheTest, ABlockIsReadAndWrittenAcrossItsLayersAsAUnit) {
+  KvCache a = filled(pool_, range(40, 8));
+  const int32_t from = a.table(KvPool::kFull)[1];
+  const std::vector<unsigned char> bytes = pool_.read_block(KvPool::kFull, from);
+  ASSERT_EQ(bytes.size(), pool_.bytes_per_block(KvPool::kFull));
+  KvCache b(pool_);
+  b.reserve(kBlock);
+  const int32_t to = b.table(KvPool::kFull)[0];
+  ASSERT_NE(to, from);
+  pool_.write_block(KvPool::kFull, to, bytes);
+  for (int64_t layer = 0; layer < 2; ++layer)
+    for (int64_t c = 0; c < kBlock * kKvSize; ++c) {
+      EXPECT_EQ(static_cast<float*>(pool_.keys(layer))[to * kBlock * kKvSize + c], 44 + c / kKvSize);
+      EXPECT_EQ(static_cast<float*>(pool_.values(layer))[to * kBlock * kKvSize + c], -(44 + c / kKvSize));
+    }
+  EXPECT_THROW(pool_.write_block(KvPool::kFull, to, std::vector<unsigned char>(3)), Error);
+}
+
 TEST(KvPool, SlidingWindowBlocksAreLetGoAndMatchesRespectThem) {
   auto backend = make_cpu_backend(1);
-  ModelSpec spec = spec_with({0, 6});  // layer 1 sees the last 6 positions
-  KvPool pool(*backend, spec, KvPool::Options{kBlock, 0});
+  KvLayout layout = layout_with({0, 6});  // layer 1 sees the last 6 positions
+  KvPool pool(layout, *backend, KvPool::Options{kBlock, 0});
   EXPECT_EQ(pool.kind_of(1), KvPool::kWindow);
   EXPECT_EQ(pool.window(), 6);
   PrefixCache cache(pool, 1 << 20);
@@ -219,18 +280,18 @@ TEST(KvPool, SlidingWindowBlocksAreLetGoAndMatchesRespectThem) {
 // max_sequences windows plus a step each); admission counts the full kind against the rest.
 TEST(KvPool, TheWindowKindsShareAndAdmissionUnderACap) {
   auto backend = make_cpu_backend(1);
-  ModelSpec spec = spec_with({0, 6});
-  const size_t block = KvPool(*backend, spec, KvPool::Options{kBlock, 0}).bytes_per_block(KvPool::kFull);  // 1 layer × 4 rows × 4 floats × 2
+  KvLayout layout = layout_with({0, 6});
+  const size_t block = KvPool(layout, *backend, KvPool::Options{kBlock, 0}).bytes_per_block(KvPool::kFull);  // 1 layer × 4 rows × 4 floats × 2
   EXPECT_EQ(block, 128u);
-  KvPool pool(*backend, spec, KvPool::Options{kBlock, 20 * block, 2, 4});
+  KvPool pool(layout, *backend, KvPool::Options{kBlock, 20 * block, 2, 4});
   // A window sequence holds (6 + 4 + 3) / 4 + 1 = 4 blocks at most: 8 for two; the full kind gets 12.
   EXPECT_EQ(pool.available_blocks(KvPool::kWindow), 8);
   EXPECT_EQ(pool.available_blocks(KvPool::kFull), 12);
   EXPECT_EQ(pool.admission_capacity(), 12 * block);
   EXPECT_EQ(pool.admission_bytes(10), 3 * block);
-  KvPool windowed(*backend, spec_with({6, 6}), KvPool::Options{kBlock, 20 * block, 2, 4});
+  KvPool windowed(layout_with({6, 6}), *backend, KvPool::Options{kBlock, 20 * block, 2, 4});
   EXPECT_EQ(windowed.admission_bytes(1000), 4 * windowed.bytes_per_block(KvPool::kWindow)) << "a window holds its blocks only";
-  KvPool open(*backend, spec, KvPool::Options{kBlock, 0});
+  KvPool open(layout, *backend, KvPool::Options{kBlock, 0});
   EXPECT_EQ(open.admission_capacity(), 0u) << "no cap";
 }
 

@@ -192,7 +192,7 @@ std::vector<std::pair<std::string, ojson>> events(const std::string& sse) {
 }
 
 TEST(AnthropicStream, OneBlockPerKindInOrderWithStopReason) {
-  auto format = make_anthropic_format("msg_1", "demo");
+  auto format = make_anthropic_writer("msg_1", "demo");
   std::string sse = format->stream_start(7);
   TurnDelta d1;
   d1.reasoning = "hmm";
@@ -226,7 +226,7 @@ TEST(AnthropicStream, OneBlockPerKindInOrderWithStopReason) {
 
 TEST(AnthropicStream, StopReasons) {
   auto reason = [](TurnEnd end) {
-    auto format = make_anthropic_format("m", "demo");
+    auto format = make_anthropic_writer("m", "demo");
     return ojson::parse(format->full_response(Turn{}, end))["stop_reason"].get<std::string>();
   };
   EXPECT_EQ(reason({"stop", "", 1, 1}), "end_turn");
@@ -238,7 +238,7 @@ TEST(AnthropicStream, StopReasons) {
 TEST(OpenAiStream, ToolCallsAreIndexedAndReasoningIsItsOwnDelta) {
   CompletionParams params;
   params.chat = true;
-  auto format = make_openai_format({"chatcmpl-1", 0, "demo"}, params);
+  auto format = make_openai_writer({"chatcmpl-1", 0, "demo"}, params);
   TurnDelta d;
   d.reasoning = "think";
   d.tool_calls = {{"call_a", "f", "{}"}, {"call_b", "g", R"({"x":1})"}};

@@ -1,4 +1,4 @@
-// ResponseFormat: how one API writes a generation back — the whole response
+// ResponseWriter: how one API writes a generation back — the whole response
 // as JSON, or server-sent events (start, deltas, finish) — and its errors.
 // One instance per request; implementations in openai_protocol.cpp and
 // anthropic_protocol.cpp.
@@ -11,9 +11,9 @@
 
 namespace kettle::server {
 
-class ResponseFormat {
+class ResponseWriter {
  public:
-  virtual ~ResponseFormat() = default;
+  virtual ~ResponseWriter() = default;
   // The JSON error body for a status (OpenAI {"error": …} or Anthropic {"type": "error", …}).
   virtual std::string error_body(const ApiError& error) const = 0;
   // Non-streaming: the whole response.

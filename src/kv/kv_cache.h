@@ -1,5 +1,5 @@
 // KvCache: one sequence's keys and values — a block table per kind into the
-// model's KvPool (model/kv_pool.h). It holds one reference on each of its
+// model's KvPool (kv/kv_pool.h). It holds one reference on each of its
 // blocks; a block lent by the prefix cache is shared, never written again
 // (sequences only append, and lent prefixes end on a block boundary).
 // Sliding-window layers keep only the blocks a later query can still see.
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/kv_pool.h"
+#include "kv/kv_pool.h"
 
 namespace kettle {
 
@@ -38,6 +38,14 @@ class KvCache {
   // released window block) of `tokens` positions, taking a reference on each.
   void adopt(const std::array<std::vector<int32_t>, KvPool::kKinds>& blocks, int64_t tokens);
 
+  // Keeps positions [0, length) and gives back the blocks wholly past them (rejected
+  // speculative tokens). Positions a query may still see must not have been let go:
+  // set_rollback_margin before the step that may be rolled back.
+  void truncate(int64_t length);
+  // Sliding-window blocks are let go only once no query at or after length() - margin
+  // can see them, so a step of up to `margin` speculative tokens can be undone.
+  void set_rollback_margin(int64_t margin) { margin_ = margin; }
+
   // Gives every block back; the cache is empty.
   void clear();
 
@@ -45,6 +53,7 @@ class KvCache {
   KvPool* pool_;
   int64_t length_ = 0;
   int64_t window_released_ = 0;  // window-kind entries below this are let go
+  int64_t margin_ = 0;
   std::array<std::vector<int32_t>, KvPool::kKinds> tables_;
 };
 

@@ -1,9 +1,10 @@
-// KvPool: the paged KV store every sequence's cache lives in. Each layer's keys
-// and values are one buffer of fixed-size blocks ([blocks * block_size,
-// kv_size] elements of the backend's KV type, backend memory); a sequence (KvCache) holds a table of block
+// KvPool: the paged KV store every sequence's cache lives in, shaped by a
+// KvLayout (kv/kv_layout.h). Each caching layer's keys and values are one buffer
+// of fixed-size blocks ([blocks * block_size, row width] elements of the
+// layout's codec, backend memory); a sequence (KvCache) holds a table of block
 // ids. Layers of one kind share block ids: kind 0 holds the full-attention
 // layers, kind 1 the sliding-window layers, whose sequences keep only the blocks
-// their window can still see. Blocks are reference-counted, so a prefix cache
+// their window can still see; layers that cache nothing have no buffers. Blocks are reference-counted, so a prefix cache
 // and several sequences can hold the same block (a shared prompt). Block 0 of
 // each kind is never handed out: unused table entries and padding rows point
 // at it.
@@ -24,7 +25,7 @@
 #include <vector>
 
 #include "backend/backend_array.h"
-#include "model/model_spec.h"
+#include "kv/kv_layout.h"
 
 namespace kettle {
 
@@ -43,18 +44,20 @@ class KvPool {
     int64_t max_step = 0;
   };
 
-  KvPool(Backend& backend, const ModelSpec& spec, Options options);
-  // One set of buffers per backend (tensor-parallel ranks, each `spec` its shard's).
-  KvPool(const std::vector<Backend*>& backends, const ModelSpec& spec, Options options);
+  KvPool(const KvLayout& layout, Backend& backend, Options options);
+  // One set of buffers per backend (tensor-parallel ranks, `layout` one rank's share).
+  KvPool(const KvLayout& layout, const std::vector<Backend*>& backends, Options options);
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
   int block_size() const { return block_size_; }
+  static constexpr int kNoBlocks = -1;  // kind_of a layer that caches nothing
+  const KvLayout& layout() const { return layout_; }
   int kind_of(int64_t layer) const { return layer_kind_[static_cast<size_t>(layer)]; }
   bool has_kind(int kind) const { return layers_of_kind_[static_cast<size_t>(kind)] > 0; }
   // The longest sliding window (kWindow layers); 0 when there are none.
   int64_t window() const { return window_; }
-  int64_t kv_size() const { return kv_size_; }
+  int64_t kv_size() const { return layout_.row_width(); }
   void* keys(int64_t layer, int rank = 0) { return k_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].data(); }
   void* values(int64_t layer, int rank = 0) { return v_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].data(); }
   uint64_t epoch() const { return epoch_; }
@@ -72,8 +75,13 @@ class KvPool {
   // Grows the buffers to max_bytes now (a GPU server reserves its KV memory at start).
   void preallocate();
 
-  // Bytes one block of `kind` takes across its layers (keys and values).
+  // Bytes one block of `kind` takes across its layers (keys and values), on one rank.
   size_t bytes_per_block(int kind) const;
+  // One block of `kind` across every layer and rank as one byte string (for each rank,
+  // for each layer of the kind: its keys' rows, then its values'), and back: what a
+  // block is when it leaves the pool (the SSD tier) and returns into another block.
+  std::vector<unsigned char> read_block(int kind, int32_t block);
+  void write_block(int kind, int32_t block, const std::vector<unsigned char>& bytes);
   // Admission counts one kind (the full kind; the window kind in a model without one):
   // the bytes a sequence of `tokens` positions holds of it at most, and the pool's cap of it.
   size_t admission_bytes(int64_t tokens) const;
@@ -95,12 +103,12 @@ class KvPool {
   int64_t window_blocks_per_sequence() const;
 
   std::vector<Backend*> backends_;  // one per rank
+  KvLayout layout_;
   int block_size_;
   size_t max_bytes_;
   int max_sequences_;
   int64_t max_step_;
-  int64_t kv_size_;
-  size_t value_bytes_;  // of one key or value element (Backend::kv_value_bytes)
+  size_t block_row_bytes_;  // one block of one layer's keys (or values): block_size rows
   int64_t window_ = 0;
   std::vector<int> layer_kind_;
   std::vector<int64_t> layers_of_kind_ = std::vector<int64_t>(kKinds, 0);

@@ -6,7 +6,7 @@
 // block's output projection adds straight into h (matmul_add) unless a sandwich
 // norm sits between. Keys and values are written into the cache rows of their
 // positions.
-#include "model/transformer.h"
+#include "model/decoder_runner.h"
 
 #include <algorithm>
 
@@ -50,21 +50,16 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
 
 }  // namespace
 
-Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options kv, TensorParallel tp)
+DecoderRunner::DecoderRunner(const Model& model, Backend& backend, KvPool& pool, TensorParallel tp)
     : model_(model),
       backend_(backend),
       tp_(tp),
       vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.vocab_size),
-      weights_(resident_weights(backend, model.spec, model.weights)) {
+      weights_(resident_weights(backend, model.spec, model.weights)),
+      kv_pool_(&pool) {
   // Routing picks experts by comparing logits: bf16-rounded activations would flip near
   // ties the reference (f32) does not, so MoE models keep them exact.
   backend.keep_activations_exact(model.spec.n_experts > 0);
-  if (tp.pool != nullptr) {
-    kv_pool_ = tp.pool;
-  } else {
-    own_pool_ = std::make_unique<KvPool>(backend, model.spec, kv);
-    kv_pool_ = own_pool_.get();
-  }
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,
                                         model.spec.rope_freq_dtype));
@@ -76,7 +71,7 @@ Transformer::Transformer(const Model& model, Backend& backend, KvPool::Options k
   }
 }
 
-void Transformer::update_ropes(int64_t seq_len) {
+void DecoderRunner::update_ropes(int64_t seq_len) {
   for (size_t i = 0; i < ropes_.size(); ++i) {
     const RopeSpec& spec = model_.spec.ropes[i];
     if (!rope_depends_on_length(spec) || rope_len_[i] == seq_len) continue;
@@ -87,7 +82,7 @@ void Transformer::update_ropes(int64_t seq_len) {
   }
 }
 
-void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
+void DecoderRunner::ensure_scratch(int64_t n, int64_t logits_rows) {
   const ModelSpec& s = model_.spec;
   const bool device = !backend_.host_memory();
   if (n > scratch_tokens_) {
@@ -116,7 +111,7 @@ void Transformer::ensure_scratch(int64_t n, int64_t logits_rows) {
   }
 }
 
-void Transformer::ensure_tables(int64_t n_segments, int64_t stride) {
+void DecoderRunner::ensure_tables(int64_t n_segments, int64_t stride) {
   const int64_t count = n_segments * stride;
   for (auto& host : host_tables_)
     if (static_cast<int64_t>(host.size()) < count) host.resize(static_cast<size_t>(count));
@@ -128,7 +123,7 @@ void Transformer::ensure_tables(int64_t n_segments, int64_t stride) {
 
 // Same key ⇒ same op sequence on the same buffers: the step's shape, the pool's buffers
 // and the scratch generation (block tables and positions are read from memory).
-uint64_t Transformer::step_key() const {
+uint64_t DecoderRunner::step_key() const {
   uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (int64_t v : {step_.n, step_.rows, step_.table_stride, step_.max_kv}) mix(static_cast<uint64_t>(v));
@@ -152,30 +147,29 @@ bool is_decode(int64_t n, const KvCache& kv) { return n == 1 && kv.length() > 0;
 
 }  // namespace
 
-void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
+void DecoderRunner::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
   const int64_t rows = which == LogitsFor::kAllTokens ? n : 1;
   execute({{tokens, n, &kv, is_decode(n, kv)}}, which == LogitsFor::kAllTokens ? Rows::kAll : Rows::kLast, logits, false);
   if (!backend_.host_memory())
     backend_.to_host(logits, logits_.data(), static_cast<size_t>(rows * vocab_) * sizeof(float));
 }
 
-int32_t Transformer::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
+int32_t DecoderRunner::forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) {
   execute({{tokens, n, &kv, is_decode(n, kv)}}, Rows::kLast, nullptr, true);
   int32_t id = 0;
   backend_.to_host(&id, next_id_.data(), sizeof id);
   return id;
 }
 
-void Transformer::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
+void DecoderRunner::forward_batch(const std::vector<BatchEntry>& entries, float* logits) {
   execute(entries, Rows::kLastPerEntry, logits, false);
   if (!backend_.host_memory())
-    backend_.to_host(logits, logits_.data(),
-                     static_cast<size_t>(static_cast<int64_t>(entries.size()) * vocab_) * sizeof(float));
+    backend_.to_host(logits, logits_.data(), static_cast<size_t>(logits_rows(entries) * vocab_) * sizeof(float));
 }
 
-void Transformer::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) {
+void DecoderRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) {
   execute(entries, Rows::kLastPerEntry, nullptr, false);
-  const auto rows = static_cast<int64_t>(entries.size());
+  const int64_t rows = logits_rows(entries);
   if (backend_.host_memory()) {
     backend_.sample(logits_.data(), rows, vocab_, params, ids);
     return;
@@ -189,14 +183,16 @@ void Transformer::forward_batch(const std::vector<BatchEntry>& entries, const Sa
   backend_.to_host(ids, sampled_.data(), static_cast<size_t>(rows) * sizeof(int32_t));
 }
 
-void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for, float* host_logits, bool greedy) {
+void DecoderRunner::execute(const std::vector<BatchEntry>& entries, Rows rows_for, float* host_logits, bool greedy) {
   const bool host = backend_.host_memory();
   int64_t n = 0, longest = 0, decode_rows = 0;
   bool decode_only = recordable_;
-  const bool owns_caches = tp_.pool == nullptr;  // else the runner reserves and advances them
+  const bool owns_caches = !tp_.shared_pool;  // else the runner reserves and advances them
   for (const BatchEntry& e : entries) {
     if (e.decode && (e.n != 1 || n != decode_rows))
       fail(ErrorCategory::kInternal, "forward_batch: a decode entry has one token and comes before every prompt entry");
+    if (e.logits < 1 || e.logits > e.n)
+      fail(ErrorCategory::kInternal, "forward_batch: an entry of {} tokens asks for {} logits rows", e.n, e.logits);
     if (owns_caches) e.kv->reserve(e.kv->length() + e.n);
     n += e.n;
     if (e.decode) ++decode_rows;
@@ -207,7 +203,10 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
   const bool record = decode_only && !host;
   const int64_t n_segments = record ? bucket(n_entries) : n_entries;
   if (record) n = decode_rows = n_segments;
-  const int64_t rows = rows_for == Rows::kAll ? n : rows_for == Rows::kLast ? 1 : n_segments;
+  // Per entry its last `logits` rows; a padding segment (a recorded step's bucket) one.
+  const int64_t rows = rows_for == Rows::kAll    ? n
+                       : rows_for == Rows::kLast ? 1
+                                                 : logits_rows(entries) + (n_segments - n_entries);
   // The host backend writes logits straight into the caller's buffer unless it needs them itself.
   const bool own_logits = !host || greedy || host_logits == nullptr;
   ensure_scratch(n, own_logits ? rows : 0);
@@ -243,14 +242,14 @@ void Transformer::execute(const std::vector<BatchEntry>& entries, Rows rows_for,
 // The step's host inputs: each segment's token ids and positions, and its block tables
 // (one row of table_stride ids per kind); padding segments decode token 0 at position 0
 // through an all-zero table (block 0).
-void Transformer::fill_segments(const std::vector<BatchEntry>& entries, int64_t n_segments) {
+void DecoderRunner::fill_segments(const std::vector<BatchEntry>& entries, int64_t n_segments) {
   const auto n_entries = static_cast<int64_t>(entries.size());
   const int64_t stride = step_.table_stride;
   step_.segments.clear();
   int64_t offset = 0;
   for (int64_t i = 0; i < n_segments; ++i) {
     const BatchEntry* e = i < n_entries ? &entries[static_cast<size_t>(i)] : nullptr;
-    const int64_t len = e ? e->kv->length() : 0, count = e ? e->n : 1;
+    const int64_t len = e ? e->kv->length() : 0, count = e ? e->n : 1, logits = e ? e->logits : 1;
     const bool decode = e ? e->decode : true;
     for (int64_t t = 0; t < count; ++t) {
       host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(len + t);
@@ -261,12 +260,12 @@ void Transformer::fill_segments(const std::vector<BatchEntry>& entries, int64_t 
       std::fill(row, row + stride, 0);
       if (e) std::copy(e->kv->table(kind).begin(), e->kv->table(kind).end(), row);
     }
-    step_.segments.push_back({offset, count, i, decode});
+    step_.segments.push_back({offset, count, i, decode, logits});
     offset += count;
   }
 }
 
-void Transformer::upload_step_inputs(int64_t n, int64_t n_segments) {
+void DecoderRunner::upload_step_inputs(int64_t n, int64_t n_segments) {
   const size_t table_bytes = static_cast<size_t>(n_segments * step_.table_stride) * sizeof(int32_t);
   if (backend_.host_memory()) {
     step_.ids = host_ids_.data();
@@ -284,14 +283,14 @@ void Transformer::upload_step_inputs(int64_t n, int64_t n_segments) {
   }
 }
 
-KvPages Transformer::pages(int64_t layer, int64_t segment, int64_t stride) {
+KvPages DecoderRunner::pages(int64_t layer, int64_t segment, int64_t stride) {
   KvPool& pool = *kv_pool_;
   const int kind = pool.kind_of(layer);
   return KvPages{pool.keys(layer, tp_.pool_rank), pool.values(layer, tp_.pool_rank), pool.kv_size(), pool.block_size(),
                  step_.tables[kind] + segment * step_.table_stride, stride};
 }
 
-void Transformer::run_step() {
+void DecoderRunner::run_step() {
   const ModelSpec& s = model_.spec;
   const ModelWeights& w = weights_;
   const int64_t n = step_.n, h = s.hidden_size;
@@ -305,11 +304,12 @@ void Transformer::run_step() {
   float* head_out = tp_.collective != nullptr ? shard_logits_.data() : step_.logits;
   const MatmulTarget head{&w.lm_head, nullptr, head_out, s.vocab_size};
   const float* last_rows = hidden_.data() + (n - step_.rows) * h;
-  if (step_.last_per_segment && step_.rows != n) {  // a batch with prompt chunks: gather each sequence's last row
-    for (size_t i = 0; i < step_.segments.size(); ++i) {
-      const Segment& seg = step_.segments[i];
-      backend_.copy(normed_.data() + static_cast<int64_t>(i) * h, hidden_.data() + (seg.offset + seg.n - 1) * h,
-                    static_cast<size_t>(h) * sizeof(float));
+  if (step_.last_per_segment && step_.rows != n) {  // a batch with prompt chunks: gather each sequence's last rows
+    int64_t row = 0;
+    for (const Segment& seg : step_.segments) {
+      backend_.copy(normed_.data() + row * h, hidden_.data() + (seg.offset + seg.n - seg.logits) * h,
+                    static_cast<size_t>(seg.logits * h) * sizeof(float));
+      row += seg.logits;
     }
     last_rows = normed_.data();
   }
@@ -320,13 +320,13 @@ void Transformer::run_step() {
   if (step_.next_id != nullptr) backend_.argmax(step_.logits, 1, vocab_, step_.next_id);
 }
 
-InputNorm Transformer::norm_of(const Tensor& weight) const {
+InputNorm DecoderRunner::norm_of(const Tensor& weight) const {
   return InputNorm{&weight, model_.spec.rms_norm_eps, model_.spec.norm_add_one};
 }
 
 // A block's output: added straight into the residual stream, or through its sandwich
 // norm (Gemma 2/3) first.
-void Transformer::add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias,
+void DecoderRunner::add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias,
                                    const Tensor& post_norm) {
   const ModelSpec& s = model_.spec;
   const int64_t n = step_.n, h = s.hidden_size;
@@ -345,7 +345,7 @@ void Transformer::add_block_output(const float* x, int64_t ldx, const Tensor& w,
   backend_.add(hidden_.data(), proj_.data(), n * h);
 }
 
-void Transformer::attention_block(int64_t layer) {
+void DecoderRunner::attention_block(int64_t layer) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerSpec& ls = s.layers[static_cast<size_t>(layer)];
@@ -383,7 +383,7 @@ void Transformer::attention_block(int64_t layer) {
   add_block_output(attn_.data(), qs, w.o, optional(w.o_bias), w.attn_post_norm);
 }
 
-void Transformer::mlp_block(int64_t layer) {
+void DecoderRunner::mlp_block(int64_t layer) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const int64_t n = step_.n, h = s.hidden_size;

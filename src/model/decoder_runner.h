@@ -1,10 +1,10 @@
-// Transformer: the one generic decoder forward every family runs, reading
-// its differences from ModelSpec and its tensors from ModelWeights. Its
-// scratch and its KV pool (every sequence's paged cache) live in the backend's
-// memory. A step in which every sequence decodes one token is handed to
+// DecoderRunner: the ModelRunner of one backend — the one generic decoder
+// forward every family runs, reading its differences from ModelSpec and its
+// tensors from ModelWeights, over a KV pool the engine made for it. Its scratch
+// lives in the backend's memory. A step in which every sequence decodes one token is handed to
 // Backend::run_step so a GPU backend records it once per batch-size bucket and
 // replays it; on a device the batch is padded up to its bucket for that.
-// Under tensor parallelism (model/tensor_parallel.h) one Transformer runs each
+// Under tensor parallelism (model/tensor_parallel.h) one DecoderRunner runs each
 // rank's shard, summing the row-parallel outputs and gathering the logits
 // through the rank's Collective; the logits it returns cover the whole vocabulary.
 #pragma once
@@ -15,8 +15,8 @@
 
 #include "backend/backend.h"
 #include "backend/backend_array.h"
-#include "model/kv_cache.h"
-#include "model/kv_pool.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
 #include "model/model_runner.h"
 #include "model/rope_config.h"
@@ -25,9 +25,10 @@
 
 namespace kettle {
 
-class Transformer final : public ModelRunner {
+class DecoderRunner final : public ModelRunner {
  public:
-  Transformer(const Model& model, Backend& backend, KvPool::Options kv = {}, TensorParallel tp = {});
+  // `pool` holds this model's KV (model_runner.h: make_kv_pool) and outlives the DecoderRunner.
+  DecoderRunner(const Model& model, Backend& backend, KvPool& pool, TensorParallel tp = {});
 
   // This backend's model: a shard's spec under tensor parallelism (its heads, its
   // vocabulary slice); vocab() is the width of the logits it writes, always the whole.
@@ -48,6 +49,7 @@ class Transformer final : public ModelRunner {
   struct Segment {
     int64_t offset = 0, n = 0, index = 0;
     bool decode = false;  // a generated token (BatchEntry::decode); padding rows too
+    int64_t logits = 1;   // its last rows whose logits come back (last_per_segment)
   };
   struct Step {
     const int32_t* ids = nullptr;        // [n] backend memory
@@ -109,8 +111,7 @@ class Transformer final : public ModelRunner {
   BackendArray<float> logits_;   // [rows, vocab] (device backends, and greedy steps on the host)
   BackendArray<float> shard_logits_;  // [rows, this shard's vocabulary] (tensor parallelism)
   BackendArray<int32_t> next_id_;  // [1] the greedy step's result
-  KvPool* kv_pool_ = nullptr;      // own_pool_, or the tensor-parallel ranks' shared pool
-  std::unique_ptr<KvPool> own_pool_;  // last: cleared before the scratch it never touches
+  KvPool* kv_pool_;
 };
 
 }  // namespace kettle

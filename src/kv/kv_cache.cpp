@@ -1,9 +1,11 @@
 // KvCache's block table upkeep: blocks are taken from the pool as positions
 // are reserved and given back when the cache is cleared or a window slides past.
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <algorithm>
 #include <utility>
+
+#include "util/error.h"
 
 namespace kettle {
 
@@ -11,6 +13,7 @@ KvCache::KvCache(KvCache&& other) noexcept
     : pool_(other.pool_),
       length_(std::exchange(other.length_, 0)),
       window_released_(std::exchange(other.window_released_, 0)),
+      margin_(other.margin_),
       tables_(std::move(other.tables_)) {
   for (auto& t : other.tables_) t.clear();
 }
@@ -21,6 +24,7 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
     pool_ = other.pool_;
     length_ = std::exchange(other.length_, 0);
     window_released_ = std::exchange(other.window_released_, 0);
+    margin_ = other.margin_;
     tables_ = std::move(other.tables_);
     for (auto& t : other.tables_) t.clear();
   }
@@ -50,7 +54,14 @@ void KvCache::reserve(int64_t tokens) {
     const auto held = static_cast<int64_t>(table.size());
     const int64_t from = std::max(held, kind == KvPool::kWindow ? first_seen : int64_t{0});
     if (held < blocks) table.resize(static_cast<size_t>(blocks), 0);
-    for (int64_t b = from; b < blocks; ++b) table[static_cast<size_t>(b)] = pool_->allocate(kind);
+    for (int64_t b = from; b < blocks; ++b) {
+      try {
+        table[static_cast<size_t>(b)] = pool_->allocate(kind);
+      } catch (...) {  // the pool is full: keep what was taken, no entry left pointing at block 0
+        table.resize(static_cast<size_t>(std::max(held, b)));
+        throw;
+      }
+    }
   }
 }
 
@@ -58,10 +69,27 @@ void KvCache::set_length(int64_t length) {
   length_ = length;
   if (!pool_->has_kind(KvPool::kWindow)) return;
   std::vector<int32_t>& table = tables_[KvPool::kWindow];
-  const int64_t unseen = std::max<int64_t>(0, length - pool_->window() + 1) / pool_->block_size();
+  const int64_t unseen = std::max<int64_t>(0, length - margin_ - pool_->window() + 1) / pool_->block_size();
   for (; window_released_ < std::min<int64_t>(unseen, static_cast<int64_t>(table.size())); ++window_released_) {
     pool_->release(KvPool::kWindow, table[static_cast<size_t>(window_released_)]);
     table[static_cast<size_t>(window_released_)] = 0;
+  }
+}
+
+void KvCache::truncate(int64_t length) {
+  if (length >= length_) return;
+  const int64_t bs = pool_->block_size();
+  const auto keep = static_cast<size_t>((length + bs - 1) / bs);
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    std::vector<int32_t>& table = tables_[static_cast<size_t>(kind)];
+    for (size_t b = keep; b < table.size(); ++b) pool_->release(kind, table[b]);
+    if (table.size() > keep) table.resize(keep);
+  }
+  length_ = length;
+  if (pool_->has_kind(KvPool::kWindow)) {
+    const int64_t needed = std::max<int64_t>(0, length - pool_->window() + 1) / bs;
+    if (needed < window_released_)
+      fail(ErrorCategory::kInternal, "KV cache rolled back past its window's released blocks (margin too small)");
   }
 }
 

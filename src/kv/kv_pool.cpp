@@ -1,7 +1,7 @@
 // KvPool's block bookkeeping: per kind a reference count per block and a free
 // list; the per-layer buffers double (copied once) when the free list is empty
 // and the byte cap allows, else the reclaimer is asked to release some.
-#include "model/kv_pool.h"
+#include "kv/kv_pool.h"
 
 #include <algorithm>
 #include <limits>
@@ -10,39 +10,72 @@
 
 namespace kettle {
 
-KvPool::KvPool(Backend& backend, const ModelSpec& spec, Options options)
-    : KvPool(std::vector<Backend*>{&backend}, spec, options) {}
+KvPool::KvPool(const KvLayout& layout, Backend& backend, Options options)
+    : KvPool(layout, std::vector<Backend*>{&backend}, options) {}
 
-KvPool::KvPool(const std::vector<Backend*>& backends, const ModelSpec& spec, Options options)
+KvPool::KvPool(const KvLayout& layout, const std::vector<Backend*>& backends, Options options)
     : backends_(backends),
+      layout_(layout),
       block_size_(std::max(1, options.block_size)),
       max_bytes_(options.max_bytes),
       max_sequences_(options.max_sequences),
       max_step_(options.max_step),
-      kv_size_(spec.kv_size()),
-      value_bytes_(backends.at(0)->kv_value_bytes()),
+      block_row_bytes_(static_cast<size_t>(block_size_) * layout.row_bytes()),
       k_(backends.size()),
       v_(backends.size()) {
-  for (size_t rank = 0; rank < backends.size(); ++rank) {
-    k_[rank].resize(static_cast<size_t>(spec.n_layers));
-    v_[rank].resize(static_cast<size_t>(spec.n_layers));
-  }
   for (Backend* b : backends_)
-    if (b->kv_value_bytes() != value_bytes_)
-      fail(ErrorCategory::kInternal, "tensor-parallel ranks keep KV in different types ({} and {} bytes)", value_bytes_,
-           b->kv_value_bytes());
-  for (int64_t layer = 0; layer < spec.n_layers; ++layer) {
-    const int window = spec.layers[static_cast<size_t>(layer)].sliding_window;
-    const int kind = window > 0 ? kWindow : kFull;
+    if (b->kv_dtype() != layout.codec.element)
+      fail(ErrorCategory::kInternal, "{} keeps KV in {}, not the layout's {}", b->name(), dtype_name(b->kv_dtype()),
+           dtype_name(layout.codec.element));
+  for (size_t rank = 0; rank < backends.size(); ++rank) {
+    k_[rank].resize(layout.layers.size());
+    v_[rank].resize(layout.layers.size());
+  }
+  for (const KvLayer& layer : layout.layers) {
+    if (layer.kind == KvLayer::Kind::kNone) {
+      layer_kind_.push_back(kNoBlocks);
+      continue;
+    }
+    const int kind = layer.kind == KvLayer::Kind::kWindow ? kWindow : kFull;
     layer_kind_.push_back(kind);
     ++layers_of_kind_[static_cast<size_t>(kind)];
-    window_ = std::max<int64_t>(window_, window);
+    if (kind == kWindow) window_ = std::max<int64_t>(window_, layer.window);
   }
 }
 
 size_t KvPool::bytes_per_block(int kind) const {
-  return static_cast<size_t>(layers_of_kind_[static_cast<size_t>(kind)]) * static_cast<size_t>(block_size_) *
-         static_cast<size_t>(kv_size_) * value_bytes_ * 2;
+  return static_cast<size_t>(layers_of_kind_[static_cast<size_t>(kind)]) * block_row_bytes_ * 2;
+}
+
+std::vector<unsigned char> KvPool::read_block(int kind, int32_t block) {
+  std::vector<unsigned char> bytes(bytes_per_block(kind) * backends_.size());
+  unsigned char* out = bytes.data();
+  const size_t offset = static_cast<size_t>(block) * block_row_bytes_;
+  for (size_t rank = 0; rank < backends_.size(); ++rank)
+    for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
+      if (layer_kind_[layer] != kind) continue;
+      for (auto* buffers : {&k_[rank], &v_[rank]}) {
+        backends_[rank]->to_host(out, (*buffers)[layer].data() + offset, block_row_bytes_);
+        out += block_row_bytes_;
+      }
+    }
+  return bytes;
+}
+
+void KvPool::write_block(int kind, int32_t block, const std::vector<unsigned char>& bytes) {
+  if (bytes.size() != bytes_per_block(kind) * backends_.size())
+    fail(ErrorCategory::kInvalidArgument, "a KV block of this pool is {} bytes, not {}",
+         bytes_per_block(kind) * backends_.size(), bytes.size());
+  const unsigned char* in = bytes.data();
+  const size_t offset = static_cast<size_t>(block) * block_row_bytes_;
+  for (size_t rank = 0; rank < backends_.size(); ++rank)
+    for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
+      if (layer_kind_[layer] != kind) continue;
+      for (auto* buffers : {&k_[rank], &v_[rank]}) {
+        backends_[rank]->to_device((*buffers)[layer].data() + offset, in, block_row_bytes_);
+        in += block_row_bytes_;
+      }
+    }
 }
 
 // A window layer's query reads `window` rows back; a step writes up to max_step rows before
@@ -102,7 +135,7 @@ int64_t KvPool::available_blocks(int kind) const {
 // doubled by device copies.
 void KvPool::zero(Backend& backend, unsigned char* data, size_t bytes) {
   if (bytes == 0) return;
-  const size_t first = std::min(bytes, static_cast<size_t>(block_size_ * kv_size_) * value_bytes_);
+  const size_t first = std::min(bytes, block_row_bytes_);
   const std::vector<unsigned char> zeros(first, 0);
   backend.to_device(data, zeros.data(), first);
   for (size_t done = first; done < bytes;) {
@@ -116,7 +149,7 @@ bool KvPool::grow(int kind, int64_t blocks) {
   const auto k = static_cast<size_t>(kind);
   blocks = std::min(blocks, max_blocks(kind));
   if (blocks <= capacity_[k]) return false;
-  const size_t block_bytes = static_cast<size_t>(block_size_ * kv_size_) * value_bytes_;
+  const size_t block_bytes = block_row_bytes_;
   for (size_t rank = 0; rank < backends_.size(); ++rank) {
     Backend& backend = *backends_[rank];
     for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {

@@ -1,0 +1,236 @@
+// The step loop's body. A step's forward runs every planned entry at once;
+// tokens are drawn where the logits live when every drawing entry allows it
+// (no penalties, bias, logprobs or verification: only ids cross), else on the
+// host by each sequence's sampler. A verify entry's rows are drawn in order
+// until one disagrees with its draft, so the tokens are those decoding one at a
+// time would draw from the same logits; the rejected drafts' KV is rolled back.
+#include "engine/engine_core.h"
+
+#include <algorithm>
+
+#include "model/rope_config.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle {
+namespace {
+
+static_assert(EngineOptions{}.kv_block_size == KvPool::kDefaultBlockSize);
+
+// A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
+// another length than a fresh run would: no prefix reuse for those models.
+bool any_rope_depends_on_length(const ModelSpec& spec) {
+  return std::any_of(spec.ropes.begin(), spec.ropes.end(), [](const RopeSpec& r) { return rope_depends_on_length(r); });
+}
+
+std::unique_ptr<KvPool> pool_for(const Model& model, const std::vector<Backend*>& backends, const EngineOptions& o) {
+  auto pool = make_kv_pool(model.spec, backends,
+                           KvPool::Options{o.kv_block_size, o.kv_budget_bytes, std::max(1, o.batch), o.prefill_chunk});
+  if (o.reserve_kv) pool->preallocate();
+  return pool;
+}
+
+// Collects one generation's ids and end for generate().
+class CollectingSink final : public GenerationSink {
+ public:
+  explicit CollectingSink(const std::function<void(const GenerationOutput&)>& forward) : forward_(forward) {}
+  void on_output(GenerationOutput output) override {
+    result.tokens.insert(result.tokens.end(), output.ids.begin(), output.ids.end());
+    if (forward_) forward_(output);
+  }
+  void on_end(const GenerationEnd& end) override { result.end = end; }
+  GenerationResult result;
+
+ private:
+  const std::function<void(const GenerationOutput&)>& forward_;
+};
+
+// A request that never reached the queue ends at once, its error's kind kept.
+void refuse(GenerationSink& sink, const std::exception& e) {
+  GenerationEnd end;
+  end.finish_reason = "error";
+  end.error = e.what();
+  if (const auto* error = dynamic_cast<const Error*>(&e)) end.error_category = error->category();
+  sink.on_end(end);
+}
+
+}  // namespace
+
+EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std::vector<Backend*>& backends,
+                       EngineOptions options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      backends_(backends),
+      pool_(pool_for(model, backends, options)),
+      runner_(make_model_runner(model, backends, *pool_)),
+      prefix_cache_(options.prompt_cache_bytes > 0 && !any_rope_depends_on_length(model.spec)
+                        ? std::make_unique<PrefixCache>(*pool_, options.prompt_cache_bytes)
+                        : nullptr),
+      scheduler_(Scheduler::Options{options.batch, options.prefill_chunk}, *pool_, prefix_cache_.get()),
+      vocab_(model.spec.vocab_size) {
+  // Out of free blocks, the pool takes back cached ones nobody holds (least recently used
+  // first). The engine's one thread makes every pool and cache call, this one included.
+  if (prefix_cache_) pool_->set_reclaimer([this] { return prefix_cache_->evict_one(); });
+}
+
+EngineCore::~EngineCore() = default;
+
+void EngineCore::submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) {
+  try {
+    const int64_t worst = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+    auto seq = std::make_unique<Sequence>(std::move(request), sink, tokenizer_, vocab_);
+    if (!scheduler_.can_ever_fit(worst))
+      fail(ErrorCategory::kResourceExhausted, "a prompt and max_tokens of {} positions need {} MiB of KV cache; the "
+           "budget holds {} MiB", worst, kv_bytes(worst) >> 20, kv_admission_capacity() >> 20);
+    scheduler_.enqueue(std::move(seq));
+  } catch (const std::exception& e) {
+    refuse(*sink, e);
+  }
+}
+
+void EngineCore::resume(const nlohmann::json& state, std::shared_ptr<GenerationSink> sink) {
+  try {
+    scheduler_.enqueue(Sequence::restore(state, sink, tokenizer_, vocab_));
+  } catch (const std::exception& e) {
+    refuse(*sink, e);
+  }
+}
+
+void EngineCore::report_load() {
+  if (load_listener_) load_listener_(load());
+}
+
+bool EngineCore::step() {
+  if (!scheduler_.admit().empty()) report_load();
+  const StepPlan plan = scheduler_.plan();
+  if (!plan.empty()) {
+    try {
+      run(plan);
+    } catch (const std::exception& e) {  // a failed step fails every sequence in it
+      log::warn("step failed: {}", e.what());
+      for (const PlannedEntry& entry : plan.entries) entry.seq->finish("error", e.what());
+    }
+  }
+  std::vector<std::unique_ptr<Sequence>> ended = scheduler_.retire();
+  const bool worked = !plan.empty() || !ended.empty();
+  report_load();
+  end(std::move(ended));
+  return worked;
+}
+
+void EngineCore::run_until_idle() {
+  while (!idle()) step();
+}
+
+bool EngineCore::draws_on_device(const StepPlan& plan) const {
+  if (backends_[0]->host_memory()) return false;
+  for (const PlannedEntry& e : plan.entries)
+    if (e.kind == StepKind::kVerify || (e.draws && !e.seq->sampler().on_device())) return false;
+  return true;
+}
+
+// The plan as the runner's entries, forward, then the draws.
+void EngineCore::run(const StepPlan& plan) {
+  entries_.clear();
+  int64_t rows = 0;
+  for (const PlannedEntry& e : plan.entries) {
+    if (e.kind == StepKind::kVerify) e.seq->kv->set_rollback_margin(static_cast<int64_t>(e.tokens.size()));
+    entries_.push_back({e.tokens.data(), static_cast<int64_t>(e.tokens.size()), &*e.seq->kv,
+                        e.kind == StepKind::kDecode, e.logits_rows});
+    rows += e.logits_rows;
+  }
+  if (draws_on_device(plan)) {
+    sample_rows_.assign(static_cast<size_t>(rows), SampleRow{});  // rows that draw nothing: greedy, ignored
+    for (size_t i = 0; i < plan.entries.size(); ++i)
+      if (plan.entries[i].draws) sample_rows_[i] = plan.entries[i].seq->sampler().device_row();
+    ids_.resize(static_cast<size_t>(rows));
+    runner_->forward_batch(entries_, sample_rows_.data(), ids_.data());
+    scheduler_.completed(plan);
+    for (size_t i = 0; i < plan.entries.size(); ++i) {
+      const PlannedEntry& e = plan.entries[i];
+      if (!e.draws) continue;
+      e.seq->sampler().accept(ids_[i]);
+      e.seq->accept(SampledToken{ids_[i], 0.0f, {}}, model_.generation.eos_token_ids);
+    }
+    return;
+  }
+  if (logits_.size() < static_cast<size_t>(rows * vocab_)) logits_.resize(static_cast<size_t>(rows * vocab_));
+  runner_->forward_batch(entries_, logits_.data());
+  scheduler_.completed(plan);
+  const float* row = logits_.data();
+  for (const PlannedEntry& e : plan.entries) {
+    if (e.kind == StepKind::kVerify)
+      verify(e, row);
+    else if (e.draws)
+      e.seq->accept(e.seq->sampler().sample(row, vocab_), model_.generation.eos_token_ids);
+    row += e.logits_rows * vocab_;
+  }
+}
+
+// Row i of a verify entry's logits follows its i-th token: drawn in order, each agreeing
+// with the next draft lets that draft's KV stand and goes on.
+void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
+  Sequence& seq = *entry.seq;
+  const int64_t base = seq.fed() - static_cast<int64_t>(entry.tokens.size());  // before the step
+  const auto drafts = static_cast<int64_t>(entry.tokens.size()) - 1;
+  int64_t accepted = 0;
+  for (int64_t i = 0; i <= drafts && !seq.finished(); ++i) {
+    const SampledToken t = seq.sampler().sample(logits + i * vocab_, vocab_);
+    seq.accept(t, model_.generation.eos_token_ids);
+    if (i == drafts || t.id != entry.tokens[static_cast<size_t>(i + 1)]) break;
+    ++accepted;
+  }
+  seq.draft().clear();
+  seq.kv->set_rollback_margin(0);
+  scheduler_.roll_back(seq, base + 1 + accepted);
+}
+
+void EngineCore::end(std::vector<std::unique_ptr<Sequence>> ended) {
+  for (auto& seq : ended) {
+    const GenerationEnd report = seq->end_report();
+    if (report.finish_reason == "cancelled")
+      log::info("generation cancelled after {} tokens: {}", report.completion_tokens, report.error);
+    seq->sink().on_end(report);
+  }
+}
+
+void EngineCore::drop_waiting(const std::string& reason) {
+  std::vector<std::unique_ptr<Sequence>> dropped = scheduler_.drop_waiting(reason);
+  report_load();
+  end(std::move(dropped));
+}
+
+int64_t EngineCore::flush_prefix_cache() { return prefix_cache_ ? prefix_cache_->clear() : 0; }
+
+EngineLoad EngineCore::load() const {
+  EngineLoad load;
+  load.running = scheduler_.running();
+  load.queued = scheduler_.waiting();
+  if (prefix_cache_) {
+    const PrefixCacheStats s = prefix_cache_->stats();
+    load.prefix_cache = {s.lookups, s.hits, s.cached_tokens, s.entries, s.bytes, s.held_bytes, s.capacity_bytes};
+  }
+  const KvPool& pool = *pool_;
+  KvLoad& kv = load.kv;
+  kv.block_size = pool.block_size();
+  for (int kind = 0; kind < KvPool::kKinds; ++kind) {
+    if (!pool.has_kind(kind)) continue;
+    kv.blocks_used += pool.used_blocks(kind);
+    kv.blocks_free += pool.available_blocks(kind);
+  }
+  kv.bytes_used = pool.used_bytes();
+  kv.bytes_allocated = pool.allocated_bytes();
+  kv.bytes_reserved = scheduler_.kv_bytes_in_use();
+  kv.budget_bytes = pool.max_bytes();
+  return load;
+}
+
+GenerationResult generate(EngineCore& core, GenerationRequest request,
+                          const std::function<void(const GenerationOutput&)>& on_output) {
+  auto sink = std::make_shared<CollectingSink>(on_output);
+  core.submit(std::move(request), sink);
+  core.run_until_idle();
+  return sink->result;
+}
+
+}  // namespace kettle

@@ -1,0 +1,106 @@
+// EngineCore: the engine without its thread — the KV pool (made here and
+// handed to the model runner), the prefix cache, the scheduler, and the step
+// loop's body: admit, plan, run the plan through the runner as one batched
+// forward, draw each entry's tokens (on the device when no entry needs its
+// logits on the host), hand them to their sequences, retire the ended ones.
+// `serve` runs it on the engine thread (engine.h); `generate`, `bench
+// --parallel` and the batching tests call step() themselves. Single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine_load.h"
+#include "engine/engine_options.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kv/kv_pool.h"
+#include "kv/prefix_cache.h"
+#include "model/model.h"
+#include "model/model_runner.h"
+#include "tensor/host_buffer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kettle {
+
+class EngineCore {
+ public:
+  // model, tokenizer (may be null: no text) and backends outlive the core; the backends
+  // run every step: one, or one per tensor-parallel rank ([0] is where ids come back).
+  EngineCore(const Model& model, const Tokenizer* tokenizer, const std::vector<Backend*>& backends,
+             EngineOptions options);
+  ~EngineCore();
+
+  // Queues a generation; a request that can never run (a bad prompt or sampling field,
+  // KV past the whole budget) ends at once on its sink with an error.
+  void submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink);
+  // Queues a saved sequence (Sequence::save) to go on where it stopped.
+  void resume(const nlohmann::json& state, std::shared_ptr<GenerationSink> sink);
+  // One step: admits, plans, runs, draws, retires. False when there was nothing to do.
+  bool step();
+  // Called with the load after a step's admissions and after its retirements, before the
+  // ended generations' sinks hear of it: what a client does next already sees it done.
+  void set_load_listener(std::function<void(const EngineLoad&)> listener) { load_listener_ = std::move(listener); }
+  // Steps until every submitted generation has ended.
+  void run_until_idle();
+  bool idle() const { return scheduler_.idle(); }
+
+  // Bytes admission counts for a sequence of `tokens` positions, and the budget they are
+  // counted against (0: none): a request needing more can never run.
+  size_t kv_bytes(int64_t tokens) const { return scheduler_.kv_bytes(tokens); }
+  size_t kv_admission_capacity() const { return pool_->admission_capacity(); }
+  size_t kv_budget_bytes() const { return pool_->max_bytes(); }
+
+  int running() const { return scheduler_.running(); }
+  int waiting() const { return scheduler_.waiting(); }
+  EngineLoad load() const;
+  // Drops the prefix-cache entries nobody holds; returns how many.
+  int64_t flush_prefix_cache();
+  // Every generation ends (cancelled, with `reason`) at the next step.
+  void cancel_all(const std::string& reason) { scheduler_.cancel_all(reason); }
+  // Ends every waiting generation with an error (`reason`).
+  void drop_waiting(const std::string& reason);
+
+  ModelRunner& runner() { return *runner_; }
+  KvPool& pool() { return *pool_; }
+  // The running sequences (a drafter sets their drafts between steps).
+  Scheduler& scheduler() { return scheduler_; }
+
+ private:
+  void run(const StepPlan& plan);
+  void draw(const StepPlan& plan);
+  bool draws_on_device(const StepPlan& plan) const;
+  void verify(const PlannedEntry& entry, const float* logits);
+  void end(std::vector<std::unique_ptr<Sequence>> ended);
+  void report_load();
+
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  std::vector<Backend*> backends_;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null: off
+  Scheduler scheduler_;
+  int64_t vocab_;
+  std::vector<BatchEntry> entries_;
+  HostBuffer<float> logits_;  // [rows, vocab]
+  std::vector<SampleRow> sample_rows_;
+  std::vector<int32_t> ids_;
+  std::function<void(const EngineLoad&)> load_listener_;
+};
+
+// One generation through a core of its own making or a given one, collected: the ids
+// drawn (the end-of-sequence id included when it ended one), and the end report.
+struct GenerationResult {
+  std::vector<int32_t> tokens;
+  GenerationEnd end;
+};
+GenerationResult generate(EngineCore& core, GenerationRequest request,
+                          const std::function<void(const GenerationOutput&)>& on_output = {});
+
+}  // namespace kettle

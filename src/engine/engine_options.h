@@ -1,0 +1,19 @@
+// How an engine is set up (serve's flags, bench's, the tests'): nothing of the
+// model or the KV store in it, so the server can hold one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kettle {
+
+struct EngineOptions {
+  int batch = 8;                 // sequences decoded together; 1: strictly one at a time
+  int64_t prefill_chunk = 2048;  // prompt tokens per step, beside the running decodes
+  size_t kv_budget_bytes = 0;    // the KV pool's cap, per rank (memory_policy.h decides it); 0: none
+  bool reserve_kv = false;       // allocate the whole budget at start (a GPU server does, as vLLM)
+  size_t prompt_cache_bytes = 0;  // the prefix cache's cap (the blocks it alone keeps); 0: off
+  int kv_block_size = 16;        // tokens per KV block (and per cached prefix block)
+};
+
+}  // namespace kettle

@@ -1,0 +1,50 @@
+#include "engine/memory_policy.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+#include "util/system_memory.h"
+
+namespace kettle {
+
+size_t weight_value_bytes(const ModelSpec& spec, const Backend& backend) {
+  return backend.host_memory() ? dtype_size(spec.rope_freq_dtype) : 2;
+}
+
+size_t measured_memory_bytes(Backend& backend, int ranks) {
+  return backend.host_memory() ? available_memory_bytes() / static_cast<size_t>(std::max(1, ranks))
+                               : backend.free_memory();
+}
+
+MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const MemoryFlags& flags) {
+  return decide_memory(spec, !backend.host_memory(), weight_value_bytes(spec, backend), backend.kv_dtype(),
+                       measured_memory_bytes(backend, flags.ranks), flags);
+}
+
+MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, size_t weight_value_bytes, DType kv_element,
+                             size_t device_bytes, const MemoryFlags& flags) {
+  MemoryDecision d;
+  d.plan = plan_memory(spec, flags.ranks, weight_value_bytes, dtype_size(kv_element), flags.prefill_chunk);
+  d.reserve_kv = device_memory;
+  d.device_bytes = flags.memory_budget_gb ? static_cast<size_t>(*flags.memory_budget_gb * 1e9) : device_bytes;
+  const size_t fixed = d.plan.weight_bytes + d.plan.working_bytes;
+  if (flags.memory_budget_gb && d.device_bytes <= fixed)
+    fail(ErrorCategory::kInvalidArgument,
+         "--memory-budget {:.2f} GB does not hold the model's weights ({:.2f} GB) plus {:.2f} GB of working memory",
+         *flags.memory_budget_gb, static_cast<double>(d.plan.weight_bytes) / 1e9,
+         static_cast<double>(d.plan.working_bytes) / 1e9);
+  const size_t left = d.device_bytes > fixed ? d.device_bytes - fixed : 0;
+  // An explicit --memory-budget gives the KV cache all that is left; otherwise its share.
+  const double share = flags.memory_budget_gb ? 1.0 : device_memory ? kDeviceKvShare : kHostKvShare;
+  d.kv_budget_bytes = static_cast<size_t>(static_cast<double>(left) * share);
+  if (flags.kv_budget_gb) {
+    // Host ranks share one RAM: the flag's bytes are split; a GPU rank has its own memory.
+    const double bytes = *flags.kv_budget_gb * 1e9 / (device_memory ? 1 : flags.ranks);
+    const auto asked = static_cast<size_t>(bytes);
+    d.kv_budget_bytes = flags.memory_budget_gb ? std::min(asked, d.kv_budget_bytes) : asked;
+  }
+  d.prompt_cache_bytes = std::min(static_cast<size_t>(flags.prompt_cache_gb * 1e9), d.kv_budget_bytes);
+  return d;
+}
+
+}  // namespace kettle

@@ -1,0 +1,57 @@
+// The one memory policy: how much of a device `serve`, `fit` and `bench` give
+// the weights, the working memory of a step, the KV cache and the prompt cache,
+// decided from the model's MemoryPlan (its config alone) and the device's
+// memory measured before the model loads, with one set of constants. `fit`
+// reports exactly the KV budget `serve` allocates for the same model and flags.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "backend/backend.h"
+#include "model/memory_plan.h"
+#include "model/model_spec.h"
+
+namespace kettle {
+
+// Of the memory left after the weights and the working memory, the KV cache gets this
+// share unless a flag says otherwise: most of a GPU (its memory is there to be used, as
+// vLLM's gpu_memory_utilization), a quarter of the host's RAM (other programs live there).
+constexpr double kDeviceKvShare = 0.9;
+constexpr double kHostKvShare = 0.25;
+
+struct MemoryFlags {
+  std::optional<double> kv_budget_gb;      // --kv-budget: the KV cache's size outright
+  std::optional<double> memory_budget_gb;  // --memory-budget: weights + working + KV together, per rank
+  double prompt_cache_gb = 0.0;            // --prompt-cache: the cached prefixes' share of the KV cache
+  int64_t prefill_chunk = 2048;
+  int ranks = 1;
+};
+
+struct MemoryDecision {
+  MemoryPlan plan;              // per rank: weights, working memory, KV bytes per token
+  size_t device_bytes = 0;      // per rank: what the policy divides (measured, or --memory-budget)
+  size_t kv_budget_bytes = 0;   // per rank: the KV pool's cap
+  size_t prompt_cache_bytes = 0;
+  bool reserve_kv = false;      // a GPU allocates its KV cache at start
+};
+
+// Bytes a rank of `backend`'s kind holds per weight element: bf16 on a GPU, the
+// checkpoint's own type in host memory (mapped as stored).
+size_t weight_value_bytes(const ModelSpec& spec, const Backend& backend);
+
+// What a rank of `backend`'s kind has now: a GPU's free memory, or the host's available
+// RAM split over `ranks` (they share it).
+size_t measured_memory_bytes(Backend& backend, int ranks);
+
+// The decision for `spec` on `backend` (rank 0's; host ranks share one RAM). Throws
+// kettle::Error (kInvalidArgument) naming --memory-budget when it cannot hold the weights
+// and the working memory.
+MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const MemoryFlags& flags);
+
+// As decide_memory, with the device's memory given (fit's --skus table, tests).
+MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, size_t weight_value_bytes, DType kv_element,
+                             size_t device_bytes, const MemoryFlags& flags);
+
+}  // namespace kettle

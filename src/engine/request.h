@@ -1,0 +1,70 @@
+// What the engine is asked and what it answers, with nothing of the model or
+// the KV store in it: a GenerationRequest (a tokenized prompt and how to
+// continue it), the GenerationSink its output goes to (text pieces as they
+// become safe to show, the tokens behind them, then one end), and the end's
+// report. The server's event channel, the CLI's printer and the tests are sinks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/generation_config.h"
+#include "util/error.h"
+
+namespace kettle {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 128;
+  // Warpers, penalties, logit_bias and logprobs (sampler.h); checked before any work.
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings (needs a tokenizer); the model's end-of-sequence ids always stop
+  bool ignore_eos = false;
+  uint64_t cache_scope = 0;       // the prefix cache shares blocks only within one scope
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+};
+
+// One sampled token as a client sees it (text only when the engine has a tokenizer).
+struct TokenReport {
+  int32_t id = 0;
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<TokenReport> top;  // the most likely alternatives, when asked for
+};
+
+struct GenerationOutput {
+  std::string text;                  // the text now safe to show (may be empty: a stop string may be forming)
+  std::vector<int32_t> ids;          // the tokens sampled since the last output
+  std::vector<TokenReport> logprobs;  // those tokens with their log-probabilities, when the request asked
+};
+
+struct GenerationEnd {
+  std::string finish_reason;  // "stop", "length", "cancelled" or "error"
+  std::string error;          // cancelled or error: why
+  ErrorCategory error_category = ErrorCategory::kInternal;  // error: what kind (a CLI's exit code)
+  std::string stop_sequence;  // the stop string that ended it, if one did
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  double queue_seconds = 0.0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;  // after the first token
+  bool ok() const { return finish_reason == "stop" || finish_reason == "length"; }
+};
+
+// Called on the engine's thread; cancelled() may be read at any time.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  virtual void on_output(GenerationOutput output) = 0;
+  virtual void on_end(const GenerationEnd& end) = 0;
+  virtual bool cancelled() const { return false; }
+};
+
+// Sampling defaults from generation_config.json, as transformers would apply them.
+SamplingParams default_sampling(const GenerationDefaults& defaults);
+
+}  // namespace kettle

@@ -1,0 +1,142 @@
+// Admission (FIFO under the batch size and the KV budget), prefix adoption,
+// step plans (decodes and verifies first, then prompt chunks under the chunk
+// budget), and the end of a sequence (its prefix offered to the cache, its KV
+// and its hold let go).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kettle {
+
+Scheduler::Scheduler(Options options, KvPool& pool, PrefixCache* cache)
+    : options_{std::max(1, options.batch), std::max<int64_t>(1, options.prefill_chunk)}, pool_(pool), cache_(cache) {}
+
+bool Scheduler::can_ever_fit(int64_t tokens) const {
+  const size_t capacity = pool_.admission_capacity();
+  return capacity == 0 || kv_bytes(tokens) <= capacity;
+}
+
+void Scheduler::enqueue(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+std::vector<Sequence*> Scheduler::admit() {
+  std::vector<Sequence*> admitted;
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.batch) {
+    Sequence& next = *waiting_.front();
+    // The oldest waits until its worst case fits beside the running ones (one that could
+    // never fit is refused before it is queued).
+    const size_t need = kv_bytes(next.prompt_size() + next.request().max_tokens);
+    const size_t capacity = pool_.admission_capacity();
+    if (capacity > 0 && !running_.empty() && kv_in_use_ + need > capacity) break;
+    kv_in_use_ += need;
+    next.kv_reserved = need;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    start(next);
+    admitted.push_back(&next);
+  }
+  return admitted;
+}
+
+void Scheduler::start(Sequence& seq) {
+  seq.queue_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - seq.request().submitted).count();
+  seq.started();
+  seq.kv.emplace(pool_);
+  if (cache_ == nullptr) return;
+  PrefixCache::Match hit = cache_->match(seq.tokens(), seq.request().cache_scope);
+  if (hit.tokens == 0) return;
+  seq.kv->adopt(hit.blocks, hit.tokens);
+  seq.prefix_hold = std::move(hit.hold);
+  seq.cached_tokens = std::min(hit.tokens, seq.prompt_size());
+  seq.advance(hit.tokens);
+}
+
+void Scheduler::cancel_all(const std::string& reason) {
+  cancel_everything_ = true;
+  cancel_reason_ = reason;
+}
+
+StepPlan Scheduler::plan() {
+  const std::string reason = cancel_everything_ ? cancel_reason_ : "the client disconnected";
+  auto cancelled = [&](const Sequence& s) { return cancel_everything_ || s.sink().cancelled(); };
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (!cancelled(**it)) {
+      ++it;
+      continue;
+    }
+    (*it)->finish("cancelled", reason);
+    ended_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+  for (auto& seq : running_)
+    if (!seq->finished() && cancelled(*seq)) seq->finish("cancelled", reason);  // stops within one step
+  cancel_everything_ = false;
+
+  // Decodes, then verifies (the runner takes one-token decodes first), then prompt chunks.
+  StepPlan plan;
+  for (const bool drafted : {false, true})
+    for (auto& seq : running_) {
+      if (seq->finished() || !seq->decoding() || seq->pending() != 1 || seq->draft().empty() != !drafted) continue;
+      PlannedEntry e{seq.get(), drafted ? StepKind::kVerify : StepKind::kDecode, {seq->tokens().back()}, 1, true};
+      e.tokens.insert(e.tokens.end(), seq->draft().begin(), seq->draft().end());
+      e.logits_rows = static_cast<int64_t>(e.tokens.size());
+      plan.entries.push_back(std::move(e));
+    }
+  int64_t budget = options_.prefill_chunk;
+  for (auto& seq : running_) {
+    if (seq->finished() || (seq->decoding() && seq->pending() == 1)) continue;
+    const int64_t n = std::min(seq->pending(), budget);
+    if (n == 0) break;  // the rest wait for the next step's budget
+    budget -= n;
+    const auto first = seq->tokens().begin() + seq->fed();
+    plan.entries.push_back({seq.get(), StepKind::kPrompt, {first, first + n}, 1, n == seq->pending()});
+  }
+  return plan;
+}
+
+void Scheduler::completed(const StepPlan& plan) {
+  for (const PlannedEntry& e : plan.entries) {
+    e.seq->advance(static_cast<int64_t>(e.tokens.size()));
+    if (e.kind == StepKind::kPrompt) remember_prefix(*e.seq, e.seq->fed());
+  }
+}
+
+void Scheduler::roll_back(Sequence& seq, int64_t keep) {
+  seq.kv->truncate(keep);
+  seq.rewind(keep);
+}
+
+void Scheduler::remember_prefix(Sequence& seq, int64_t positions) {
+  if (cache_ == nullptr) return;
+  const auto n = static_cast<size_t>(std::min<int64_t>(positions, static_cast<int64_t>(seq.tokens().size())));
+  cache_->insert(std::span<const int32_t>(seq.tokens().data(), n), *seq.kv, seq.request().cache_scope, seq.prefix_hold);
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::retire() {
+  std::vector<std::unique_ptr<Sequence>> ended = std::move(ended_);
+  ended_.clear();
+  for (auto& seq : running_) {
+    if (!seq->finished()) continue;
+    // The KV holds the context but its last token: that much is offered to the cache.
+    if (seq->finish_reason() == "stop" || seq->finish_reason() == "length") remember_prefix(*seq, seq->kv->length());
+    seq->prefix_hold.release();
+    seq->kv.reset();  // its blocks go back (the cache keeps what it shares)
+    kv_in_use_ -= seq->kv_reserved;
+    ended.push_back(std::move(seq));
+  }
+  std::erase_if(running_, [](const auto& seq) { return seq == nullptr; });
+  return ended;
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::drop_waiting(const std::string& reason) {
+  std::vector<std::unique_ptr<Sequence>> dropped;
+  for (auto& seq : waiting_) {
+    seq->finish("error", reason);
+    dropped.push_back(std::move(seq));
+  }
+  waiting_.clear();
+  return dropped;
+}
+
+}  // namespace kettle

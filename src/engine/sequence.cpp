@@ -1,0 +1,178 @@
+// A sequence's token bookkeeping and text path: a drawn token goes through the
+// StreamDecoder (never half a character) and the StopMatcher (stop strings
+// held back until they can no longer match) to the sink; save/restore write
+// the whole state as versioned JSON.
+#include "engine/sequence.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace kettle {
+namespace {
+
+constexpr int kStateVersion = 1;
+
+nlohmann::json sampling_json(const SamplingParams& p) {
+  return {{"temperature", p.temperature},
+          {"top_k", p.top_k},
+          {"top_p", p.top_p},
+          {"min_p", p.min_p},
+          {"seed", p.seed},
+          {"repetition_penalty", p.repetition_penalty},
+          {"presence_penalty", p.presence_penalty},
+          {"frequency_penalty", p.frequency_penalty},
+          {"logit_bias", p.logit_bias},
+          {"logprobs", p.logprobs},
+          {"top_logprobs", p.top_logprobs}};
+}
+
+SamplingParams sampling_from(const nlohmann::json& j) {
+  SamplingParams p;
+  p.temperature = j.at("temperature").get<float>();
+  p.top_k = j.at("top_k").get<int>();
+  p.top_p = j.at("top_p").get<float>();
+  p.min_p = j.at("min_p").get<float>();
+  p.seed = j.at("seed").get<uint64_t>();
+  p.repetition_penalty = j.at("repetition_penalty").get<float>();
+  p.presence_penalty = j.at("presence_penalty").get<float>();
+  p.frequency_penalty = j.at("frequency_penalty").get<float>();
+  p.logit_bias = j.at("logit_bias").get<std::vector<std::pair<int32_t, float>>>();
+  p.logprobs = j.at("logprobs").get<bool>();
+  p.top_logprobs = j.at("top_logprobs").get<int>();
+  return p;
+}
+
+}  // namespace
+
+Sequence::Sequence(GenerationRequest request, std::shared_ptr<GenerationSink> sink, const Tokenizer* tokenizer,
+                   int64_t vocab)
+    : request_(std::move(request)),
+      sink_(std::move(sink)),
+      tokenizer_(tokenizer),
+      tokens_(request_.prompt),
+      sampler_(request_.sampling),
+      matcher_(request_.stop) {
+  if (request_.prompt.empty()) fail(ErrorCategory::kInvalidArgument, "the prompt is empty: give at least one token");
+  for (size_t i = 0; i < request_.prompt.size(); ++i)
+    if (request_.prompt[i] < 0 || request_.prompt[i] >= vocab)
+      fail(ErrorCategory::kInvalidArgument, "prompt token {} (position {}) is outside the model's vocabulary [0, {})",
+           request_.prompt[i], i, vocab);
+  validate_sampling(request_.sampling, vocab);
+  if (tokenizer_ == nullptr && std::any_of(request_.stop.begin(), request_.stop.end(), [](auto& s) { return !s.empty(); }))
+    fail(ErrorCategory::kInvalidArgument, "stop strings need the model's tokenizer, and this engine has none");
+  if (tokenizer_ != nullptr) decoder_.emplace(*tokenizer_);
+  sampler_.start(request_.prompt, vocab, request_.max_tokens);
+}
+
+void Sequence::emit(std::string text, std::vector<int32_t> ids, std::vector<TokenReport> logprobs) {
+  if (text.empty() && ids.empty() && logprobs.empty()) return;
+  sink_->on_output({std::move(text), std::move(ids), std::move(logprobs)});
+}
+
+void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_ids) {
+  const int32_t token = sampled.id;
+  if (produced() == 0) {
+    prefill_seconds_ = since_joined_.seconds();
+    since_first_token_.reset();
+  }
+  tokens_.push_back(token);
+  decoding_ = true;
+  if (!request_.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end()) {
+    emit({}, {token}, {});
+    finish("stop");
+    return;
+  }
+  std::vector<TokenReport> logprobs;
+  if (request_.sampling.logprobs) {
+    auto text_of = [&](int32_t id) { return tokenizer_ != nullptr ? tokenizer_->decode({id}) : std::string(); };
+    TokenReport report{token, text_of(token), sampled.logprob, {}};
+    for (const TokenLogprob& alt : sampled.top) report.top.push_back({alt.id, text_of(alt.id), alt.logprob, {}});
+    logprobs.push_back(std::move(report));
+  }
+  std::string text = decoder_ ? matcher_.push(decoder_->push(token)) : std::string();
+  emit(std::move(text), {token}, std::move(logprobs));
+  if (matcher_.stopped())
+    finish("stop");
+  else if (produced() >= request_.max_tokens)
+    finish("length");
+}
+
+void Sequence::finish(std::string reason, std::string why) {
+  if (finished()) return;
+  finish_reason_ = std::move(reason);
+  why_ = std::move(why);
+}
+
+GenerationEnd Sequence::end_report() {
+  GenerationEnd end;
+  end.finish_reason = finish_reason_;
+  end.error = why_;
+  end.prompt_tokens = prompt_size();
+  end.completion_tokens = produced();
+  end.cached_tokens = cached_tokens;
+  end.queue_seconds = queue_seconds;
+  end.prefill_seconds = prefill_seconds_;
+  end.decode_seconds = produced() > 1 ? since_first_token_.seconds() : 0.0;
+  if (!end.ok()) return end;
+  if (matcher_.stopped()) {
+    end.stop_sequence = matcher_.matched();
+  } else if (decoder_) {
+    emit(matcher_.push(decoder_->finish()), {}, {});
+    emit(matcher_.finish(), {}, {});
+  }
+  return end;
+}
+
+nlohmann::json Sequence::save() const {
+  nlohmann::json j{{"version", kStateVersion},
+                   {"prompt", request_.prompt},
+                   {"produced", std::vector<int32_t>(tokens_.begin() + prompt_size(), tokens_.end())},
+                   {"max_tokens", request_.max_tokens},
+                   {"sampling", sampling_json(request_.sampling)},
+                   {"stop", request_.stop},
+                   {"ignore_eos", request_.ignore_eos},
+                   {"cache_scope", request_.cache_scope},
+                   {"rng", sampler_.rng_state()},
+                   {"finish_reason", finish_reason_}};
+  if (decoder_) {
+    const StreamDecoder::State d = decoder_->state();
+    j["decoder"] = {{"window", d.window}, {"emitted", d.emitted}};
+  }
+  const StopMatcher::State m = matcher_.state();
+  j["matcher"] = {{"held", m.held}, {"matched", m.matched}, {"stopped", m.stopped}};
+  return j;
+}
+
+std::unique_ptr<Sequence> Sequence::restore(const nlohmann::json& j, std::shared_ptr<GenerationSink> sink,
+                                            const Tokenizer* tokenizer, int64_t vocab) {
+  try {
+    if (j.at("version").get<int>() != kStateVersion)
+      fail(ErrorCategory::kInvalidArgument, "a saved sequence of version {}; this kettle reads {}",
+           j.at("version").get<int>(), kStateVersion);
+    GenerationRequest request;
+    request.prompt = j.at("prompt").get<std::vector<int32_t>>();
+    request.max_tokens = j.at("max_tokens").get<int64_t>();
+    request.sampling = sampling_from(j.at("sampling"));
+    request.stop = j.at("stop").get<std::vector<std::string>>();
+    request.ignore_eos = j.at("ignore_eos").get<bool>();
+    request.cache_scope = j.at("cache_scope").get<uint64_t>();
+    auto seq = std::make_unique<Sequence>(std::move(request), std::move(sink), tokenizer, vocab);
+    for (int32_t id : j.at("produced").get<std::vector<int32_t>>()) {
+      if (id < 0 || id >= vocab) fail(ErrorCategory::kInvalidArgument, "a saved token {} is outside the vocabulary", id);
+      seq->tokens_.push_back(id);
+      seq->sampler_.accept(id);
+    }
+    seq->sampler_.set_rng_state(j.at("rng").get<std::string>());
+    seq->finish_reason_ = j.at("finish_reason").get<std::string>();
+    if (seq->decoder_ && j.contains("decoder"))
+      seq->decoder_->restore({j["decoder"].at("window").get<std::vector<int32_t>>(), j["decoder"].at("emitted").get<size_t>()});
+    const nlohmann::json& m = j.at("matcher");
+    seq->matcher_.restore({m.at("held").get<std::string>(), m.at("matched").get<std::string>(), m.at("stopped").get<bool>()});
+    return seq;
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCategory::kInvalidArgument, "a saved sequence is not one: {}", e.what());
+  }
+}
+
+}  // namespace kettle

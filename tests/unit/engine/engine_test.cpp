@@ -1,0 +1,139 @@
+// The engine core on a tiny real checkpoint (CPU): verify entries give exactly
+// the tokens of decoding one at a time, whether the drafts are right or wrong;
+// a sequence saved mid-generation and resumed in another engine draws what it
+// would have drawn (sampled, seeded); a request that can never run ends at once
+// with the error's kind; a cancelled one ends within a step.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "backend/backend.h"
+#include "engine/engine_core.h"
+#include "model/model.h"
+
+namespace kettle {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TokenSink final : public GenerationSink {
+ public:
+  void on_output(GenerationOutput output) override { tokens.insert(tokens.end(), output.ids.begin(), output.ids.end()); }
+  void on_end(const GenerationEnd& e) override { end = e; }
+  bool cancelled() const override { return cancel; }
+  std::vector<int32_t> tokens;
+  GenerationEnd end;
+  bool cancel = false;
+};
+
+class EngineCoreTest : public ::testing::Test {
+ protected:
+  GenerationRequest request(int64_t max_tokens, float temperature = 0.0f) const {
+    GenerationRequest r;
+    r.prompt = {1, 17, 42, 99, 5, 23};
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 1234;
+    return r;
+  }
+  std::vector<int32_t> plain(const GenerationRequest& r) {
+    EngineCore core(model_, nullptr, {backend_.get()}, EngineOptions{});
+    return generate(core, r).tokens;
+  }
+
+  Model model_ = load_model((fs::path(KETTLE_TEST_DATA) / "goldens" / "llama" / "model").string());
+  std::unique_ptr<Backend> backend_ = make_cpu_backend(1);
+};
+
+// Before each step, the running sequence gets `k` drafts: the true continuation (right)
+// or shifted ids (wrong); either way the output is the plain run's.
+TEST_F(EngineCoreTest, VerifiedDraftsGiveTheTokensOfDecodingOneAtATime) {
+  for (const float temperature : {0.0f, 0.9f}) {
+    const GenerationRequest r = request(16, temperature);
+    const std::vector<int32_t> expected = plain(r);
+    for (const bool right : {true, false}) {
+      EngineCore core(model_, nullptr, {backend_.get()}, EngineOptions{});
+      auto sink = std::make_shared<TokenSink>();
+      core.submit(r, sink);
+      int verified = 0;
+      while (!core.idle()) {
+        for (const auto& seq : core.scheduler().running_sequences()) {
+          if (!seq->decoding() || seq->finished()) continue;
+          const auto done = static_cast<size_t>(seq->produced());
+          for (size_t i = done; i < std::min(done + 3, expected.size()); ++i)
+            seq->draft().push_back(right ? expected[i] : (expected[i] + 1) % 64);
+          verified += !seq->draft().empty();
+        }
+        core.step();
+      }
+      ASSERT_TRUE(sink->end.ok()) << sink->end.error;
+      EXPECT_EQ(sink->tokens, expected) << (right ? "right" : "wrong") << " drafts, temperature " << temperature;
+      EXPECT_GT(verified, 0);
+      if (right && temperature == 0.0f) {
+        EXPECT_LE(verified, 6) << "right drafts advance several tokens a step";
+      }
+    }
+  }
+}
+
+TEST_F(EngineCoreTest, ASavedSequenceResumesWhereItStopped) {
+  const GenerationRequest r = request(20, 0.8f);
+  const std::vector<int32_t> expected = plain(r);
+  nlohmann::json saved;
+  std::vector<int32_t> before;
+  {
+    EngineCore core(model_, nullptr, {backend_.get()}, EngineOptions{});
+    auto sink = std::make_shared<TokenSink>();
+    core.submit(r, sink);
+    while (sink->tokens.size() < 7) core.step();
+    saved = core.scheduler().running_sequences().at(0)->save();
+    before = sink->tokens;
+  }
+  EngineCore other(model_, nullptr, {backend_.get()}, EngineOptions{});
+  auto sink = std::make_shared<TokenSink>();
+  other.resume(nlohmann::json::parse(saved.dump()), sink);
+  other.run_until_idle();
+  ASSERT_TRUE(sink->end.ok()) << sink->end.error;
+  before.insert(before.end(), sink->tokens.begin(), sink->tokens.end());
+  EXPECT_EQ(before, expected);
+  EXPECT_EQ(sink->end.completion_tokens, 20);
+
+  auto broken = std::make_shared<TokenSink>();
+  saved["version"] = 99;
+  other.resume(saved, broken);
+  EXPECT_EQ(broken->end.finish_reason, "error");
+  EXPECT_NE(broken->end.error.find("version 99"), std::string::npos) << broken->end.error;
+}
+
+TEST_F(EngineCoreTest, ARequestThatCanNeverRunEndsAtOnceWithItsKind) {
+  EngineOptions options;
+  options.kv_budget_bytes = 64 * 1024;
+  EngineCore core(model_, nullptr, {backend_.get()}, options);
+  auto sink = std::make_shared<TokenSink>();
+  core.submit(request(100000), sink);
+  EXPECT_EQ(sink->end.finish_reason, "error");
+  EXPECT_EQ(sink->end.error_category, ErrorCategory::kResourceExhausted);
+  EXPECT_TRUE(core.idle());
+  GenerationRequest bad = request(4);
+  bad.prompt.push_back(static_cast<int32_t>(model_.spec.vocab_size));
+  core.submit(bad, sink);
+  EXPECT_EQ(sink->end.error_category, ErrorCategory::kInvalidArgument);
+  EXPECT_NE(sink->end.error.find("position 6"), std::string::npos) << sink->end.error;
+}
+
+TEST_F(EngineCoreTest, ACancelledGenerationEndsWithinAStep) {
+  EngineCore core(model_, nullptr, {backend_.get()}, EngineOptions{});
+  auto sink = std::make_shared<TokenSink>();
+  core.submit(request(50), sink);
+  while (sink->tokens.size() < 3) core.step();
+  sink->cancel = true;
+  core.step();
+  EXPECT_TRUE(core.idle());
+  EXPECT_EQ(sink->end.finish_reason, "cancelled");
+  EXPECT_EQ(sink->tokens.size(), 3u);
+  EXPECT_EQ(core.load().kv.blocks_used, 0) << "its blocks went back";
+}
+
+}  // namespace
+}  // namespace kettle
