@@ -2,6 +2,8 @@
 // backend exists only in builds made where nvcc was found (KETTLE_HAVE_CUDA).
 #include "backend/backend.h"
 
+#include <charconv>
+
 #include "util/error.h"
 
 #ifdef KETTLE_HAVE_CUDA
@@ -18,18 +20,51 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
-  if (device.empty() || device == "auto") return make_backend(cuda_available() ? "cuda" : "cpu", n_threads);
-  if (device == "cpu") return make_cpu_backend(n_threads);
-  if (device == "cuda") {
+namespace {
+
+// "cuda:N" → N; "cuda" → the options' ordinal.
+int cuda_ordinal(const std::string& device, int otherwise) {
+  if (device == "cuda") return otherwise;
+  int n = -1;
+  const char* first = device.data() + 5;
+  const auto [end, error] = std::from_chars(first, device.data() + device.size(), n);
+  if (error != std::errc() || end != device.data() + device.size() || n < 0)
+    fail(ErrorCategory::kInvalidArgument, "unknown device '{}': expected cpu, cuda, cuda:N or auto", device);
+  return n;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
+  const std::string& device = options.device;
+  if (device.empty() || device == "auto") {
+    BackendOptions chosen = options;
+    chosen.device = cuda_available() ? "cuda" : "cpu";
+    return make_backend(chosen);
+  }
+  if (device == "cpu") return make_cpu_backend(options.threads);
+  if (device == "cuda" || device.starts_with("cuda:")) {
+    const int ordinal = cuda_ordinal(device, options.device_ordinal);
 #ifdef KETTLE_HAVE_CUDA
-    if (cuda_device_count() == 0) fail(ErrorCategory::kInvalidArgument, "--device cuda: no CUDA device is present");
-    return make_cuda_backend();
+    const int count = cuda_device_count();
+    if (count == 0) fail(ErrorCategory::kInvalidArgument, "--device {}: no CUDA device is present", device);
+    if (ordinal >= count)
+      fail(ErrorCategory::kInvalidArgument, "--device {}: this machine has {} CUDA device(s)", device, count);
+    return make_cuda_backend(ordinal, options.batch_invariant);
 #else
-    fail(ErrorCategory::kInvalidArgument, "--device cuda: this kettle was built without CUDA (no nvcc at build time)");
+    (void)ordinal;
+    fail(ErrorCategory::kInvalidArgument, "--device {}: this kettle was built without CUDA (no nvcc at build time)",
+         device);
 #endif
   }
-  fail(ErrorCategory::kInvalidArgument, "unknown device '{}': expected cpu, cuda or auto", device);
+  fail(ErrorCategory::kInvalidArgument, "unknown device '{}': expected cpu, cuda, cuda:N or auto", device);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads) {
+  BackendOptions options;
+  options.device = device;
+  options.threads = n_threads;
+  return make_backend(options);
 }
 
 std::vector<Backend*> backend_pointers(const std::vector<std::unique_ptr<Backend>>& backends) {

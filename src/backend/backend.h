@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/linear.h"
 #include "tensor/tensor.h"
 
 namespace kettle {
@@ -47,14 +48,6 @@ struct MoeParams {
   int top_k = 0;
   bool renormalize = true;  // renormalise the top-k softmax weights to sum to 1
   Activation act = Activation::kSilu;
-};
-
-// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias).
-struct MatmulTarget {
-  const Tensor* w;
-  const Tensor* bias;  // or nullptr
-  float* out;
-  int64_t ldo;
 };
 
 // RMSNorm of each input row, applied by the op that reads the row (the residual stream).
@@ -101,6 +94,32 @@ struct QkvLayout {
   bool norm_add_one = false;
 };
 
+// What one step tells the ops it runs (Backend::run_step).
+struct StepContext {
+  // Rows [0, decode_rows) of the step's projections are generated tokens (decode), the
+  // rest prompt tokens. A backend whose sums could depend on the row count runs each kind
+  // through kernels whose sums do not (CUDA: prompt rows always, decode rows when the
+  // backend is batch-invariant), so a token's product is the same alone or batched,
+  // however prompts are chunked; the CPU's never depend on it.
+  int64_t decode_rows = 0;
+  // Projections may round x to bf16 (CUDA: the GEMV as it reads x, the GEMMs on bf16
+  // rows). A model whose output hinges on discrete choices made from the activations
+  // (MoE routing) asks for f32-accurate x instead.
+  bool exact_activations = false;
+};
+
+// How a backend is made: the device ("cpu", "cuda", "cuda:N" or "auto"), the CPU's
+// threads, and the device ordinal (cuda:N); batch_invariant runs a GPU's decode rows
+// through batch-invariant kernels too (slower for one stream than its fastest ones; the
+// CLI's default unless --no-batch-invariant): off, a decode alone and the same decode
+// batched may differ in the last bits of their logits. The CPU is batch-invariant either way.
+struct BackendOptions {
+  std::string device = "auto";
+  int threads = 1;
+  int device_ordinal = 0;
+  bool batch_invariant = true;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -120,49 +139,34 @@ class Backend {
   // The view of a weight that ops on this backend read; the backend owns any copy and
   // keeps it until it is destroyed (one copy per host data pointer).
   virtual Tensor resident(const Tensor& weight) = 0;
-  // Runs `ops` (a sequence of op calls on fixed buffers). The same `key` promises the
-  // same calls on the same buffers with only buffer contents changed, so a backend may
-  // record them once and replay the recording (CUDA graphs); the CPU just calls ops.
-  virtual void run_step(uint64_t key, const std::function<void()>& ops) = 0;
+  // Runs `ops` (a sequence of op calls on fixed buffers) under `context`, which the ops
+  // read while they run (and only then: outside a step, every row is a prompt row and
+  // activations may be rounded). The same nonzero `key` promises the same calls on the
+  // same buffers with only buffer contents changed, so a backend may record them once and
+  // replay the recording (CUDA graphs); key 0 runs them as they come. The CPU just calls ops.
+  virtual void run_step(const StepContext& context, uint64_t key, const std::function<void()>& ops) = 0;
   // Bytes of backend memory free now; 0 where the backend does not say (host memory).
   virtual size_t free_memory() { return 0; }
   // The element type of cached keys and values (KvPages): f32 on the CPU, f16 on CUDA.
   virtual DType kv_dtype() const { return DType::kF32; }
-  // Weight matmuls may round x to bf16 (CUDA: the GEMV as it reads x, the GEMMs on bf16
-  // rows). A model whose output hinges on discrete choices made from the activations
-  // (MoE routing) asks for f32-accurate x instead.
-  virtual void keep_activations_exact(bool) {}
-  // Rows [0, rows) of the matmuls that follow are generated tokens (decode), the rest
-  // prompt tokens. A backend whose sums could depend on the row count runs each kind
-  // through kernels whose sums do not (CUDA: prompt rows always, decode rows under
-  // set_batch_invariant), so a token's product is the same alone or batched, however
-  // prompts are chunked; the CPU's never depend on it.
-  virtual void set_decode_rows(int64_t) {}
-  // Decode rows through batch-invariant kernels too (a GPU's are slower for one stream
-  // than its fastest ones; the CLI turns this on unless --no-batch-invariant); off, a
-  // decode alone and the same decode batched may differ in the last bits of their
-  // logits. The CPU is batch-invariant either way.
-  virtual void set_batch_invariant(bool) {}
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).
   virtual double measure_copy_bandwidth() { return 0.0; }
 
-  // out[n, m] (row stride ldo) = x[n, k] (row stride ldx) · wᵀ (+ bias), w: [m, k], bias: [m].
-  virtual void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
-                      float* out, int64_t ldo) = 0;
+  // The projections: for each of outs, out (row stride ldo) = x[n, k] (row stride ldx) ·
+  // linearᵀ (+ bias), or += with `accumulate` (a block's output added into the residual
+  // stream; one output). With `norm`, x (then [n, k] contiguous: ldx == k) is the residual
+  // stream, RMS-normalised per row by the op first (a GPU fuses the norm into the
+  // projection). Several outputs read x once (q/k/v). A Linear of a scheme or with an
+  // adapter the backend cannot run is refused (kettle::Error, kUnsupported).
+  virtual void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* outs,
+                       int count, bool accumulate = false) = 0;
 
-  // Several weights on the same x in one pass (q/k/v, gate/up): targets[i].out = x · targets[i].wᵀ.
-  virtual void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) = 0;
-
-  // matmul_many on rms_norm(x): x [n, k] contiguous is the residual stream, normalised per
-  // row by the op (a GPU fuses the norm into the projection).
-  virtual void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
-                                int count) = 0;
-
-  // out (row stride ldo) += x · wᵀ (+ bias): a block's output projection added into the
-  // residual stream.
-  virtual void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
-                          int64_t ldo) = 0;
+  // The MLP's first half fused: out[n, inter] (stride ldo) = act(x·gateᵀ + b) * (x·upᵀ + b),
+  // x normalised first with `norm` as in project. gate.out and up.out are scratch
+  // ([n, inter] each) the op may write.
+  virtual void project_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+                             const Projection& up, Activation act, float* out, int64_t ldo) = 0;
 
   // out[n, dim] = table[ids[i], :] * scale
   virtual void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) = 0;
@@ -174,19 +178,6 @@ class Backend {
 
   // x[i] += y[i] for i < n
   virtual void add(float* x, const float* y, int64_t n) = 0;
-
-  // The residual step fused with the next norm: x += y (both [rows, dim], contiguous),
-  // then out = rms_norm(x) as rms_norm does.
-  virtual void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight,
-                            float eps, bool add_one, float* out) = 0;
-
-  // Rotates x [n_tokens, n_heads, head_dim] (token stride ld) in place, HF rotate_half layout.
-  virtual void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim,
-                    const int32_t* positions, const RopeParams& rope) = 0;
-
-  // out[t, i] = act(gate[t, i]) * up[t, i] for t < n, i < width; gate/up rows share stride ld.
-  virtual void gated_activation(const float* gate, const float* up, int64_t n, int64_t width,
-                                int64_t ld, Activation act, float* out, int64_t ldo) = 0;
 
   // Per token t of qkv [n, (n_heads + 2 n_kv_heads) * head_dim] (stride ld, packed q | k | v):
   // optional per-head q/k RMSNorm, RoPE of q and k at positions[t], q written to q_out
@@ -203,14 +194,6 @@ class Backend {
   // head_dim] (stride ldq); out: [n, n_heads * head_dim] (stride ldo).
   virtual void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
                          int64_t max_kv, const AttentionParams& params, float* out, int64_t ldo) = 0;
-
-  // The MLP's first half fused: out[n, inter] (stride ldo) = act(x·gateᵀ + b) * (x·upᵀ + b).
-  // gate.out and up.out are scratch ([n, inter] each) the op may write.
-  virtual void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate,
-                            const MatmulTarget& up, Activation act, float* out, int64_t ldo) = 0;
-  // matmul_gated on rms_norm(x), x [n, k] contiguous (see norm_matmul_many).
-  virtual void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
-                                 const MatmulTarget& up, Activation act, float* out, int64_t ldo) = 0;
 
   // x[i] = cap * tanh(x[i] / cap)
   virtual void softcap(float* x, int64_t n, float cap) = 0;
@@ -230,13 +213,14 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 // The backends as a model runner takes them (not owned): one per tensor-parallel rank.
 std::vector<Backend*> backend_pointers(const std::vector<std::unique_ptr<Backend>>& backends);
 
 // True when kettle was built with the CUDA backend and a CUDA device is present.
 bool cuda_available();
-// "cpu" or "cuda" ("" or "auto": cuda when available, else cpu). Throws kettle::Error
-// (invalid argument) for an unknown name or a device that is not there.
+// "cpu", "cuda" or "cuda:N" ("" or "auto": cuda when available, else cpu), batch-invariant.
+// Throws kettle::Error (invalid argument) for an unknown name or a device that is not there.
 std::unique_ptr<Backend> make_backend(const std::string& device, int n_threads);
 
 }  // namespace kettle

@@ -102,8 +102,14 @@ void ThreadOption::add_to(CLI::App& app) {
 int ThreadOption::resolve() const { return threads > 0 ? threads : ThreadPool::default_threads(); }
 
 void DeviceOption::add_to(CLI::App& app) {
-  app.add_option("--device", device, "where the model runs: cpu, cuda, or auto (cuda when a GPU is present)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  app.add_option("--device", device,
+                 "where the model runs: cpu, cuda (device 0), cuda:N, or auto (cuda when a GPU is present)")
+      ->check([](const std::string& d) {
+        const bool ordinal = d.size() > 5 && d.starts_with("cuda:") &&
+                             d.find_first_not_of("0123456789", 5) == std::string::npos;
+        return d == "auto" || d == "cpu" || d == "cuda" || ordinal ? std::string()
+                                                                    : "expected cpu, cuda, cuda:N or auto, got '" + d + "'";
+      })
       ->capture_default_str();
   app.add_flag("--batch-invariant,!--no-batch-invariant", batch_invariant,
                "on (the default): decode through kernels whose sums do not depend on the batch, so a request's "
@@ -122,8 +128,11 @@ void TensorParallelOption::add_to(CLI::App& app) {
 std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const DeviceOption& device, int threads) const {
   std::vector<std::unique_ptr<Backend>> backends;
   for (int r = 0; r < ranks; ++r) {
-    backends.push_back(make_backend(device.device, std::max(1, threads / ranks)));
-    backends.back()->set_batch_invariant(device.batch_invariant);
+    BackendOptions options;
+    options.device = device.device;
+    options.threads = std::max(1, threads / ranks);
+    options.batch_invariant = device.batch_invariant;
+    backends.push_back(make_backend(options));
   }
   return backends;
 }

@@ -59,7 +59,7 @@ struct ThreadOption {
 
 // --device cpu|cuda|auto (auto: cuda when built with CUDA and a GPU is present, else cpu);
 // --batch-invariant (the default; --no-batch-invariant turns it off): decodes through
-// kernels whose sums do not depend on the batch (Backend::set_batch_invariant).
+// kernels whose sums do not depend on the batch (BackendOptions::batch_invariant).
 struct DeviceOption {
   std::string device = "auto";
   bool batch_invariant = true;

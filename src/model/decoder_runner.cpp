@@ -2,9 +2,9 @@
 //   h = embed(tokens) · embed_scale
 //   per layer: h += [post_norm](attn(norm(h)));  h += [post_norm](mlp(norm(h)))
 //   logits = [softcap](norm(h) · lm_headᵀ)
-// Each norm is fused into the projection that reads it (norm_matmul_*), and each
-// block's output projection adds straight into h (matmul_add) unless a sandwich
-// norm sits between. Keys and values are written into the cache rows of their
+// Each norm is fused into the projection that reads it (Backend::project with an
+// InputNorm), and each block's output projection adds straight into h (project
+// accumulating) unless a sandwich norm sits between. Keys and values are written into the cache rows of their
 // positions.
 #include "model/decoder_runner.h"
 
@@ -15,10 +15,20 @@
 namespace kettle {
 namespace {
 
-// Optional weights (biases) are empty tensors; ops take them as nullable pointers.
-const Tensor* optional(const Tensor& t) { return t.empty() ? nullptr : &t; }
-
 Tensor resident(Backend& backend, const Tensor& t) { return t.empty() ? t : backend.resident(t); }
+
+Linear resident(Backend& backend, const Linear& l) {
+  return Linear{resident(backend, l.weight), resident(backend, l.bias), l.scheme, l.adapter};
+}
+
+// A fused [gate | up] projection as the two halves the gated op takes.
+std::pair<Linear, Linear> split_gate_up(const Linear& both, int64_t inter) {
+  const auto half = [&](int64_t first) {
+    return Linear{both.weight.rows(first, inter), both.bias.empty() ? Tensor{} : both.bias.rows(first, inter),
+                  both.scheme, both.adapter};
+  };
+  return {half(0), half(inter)};
+}
 
 // The checkpoint's tensors as the backend reads them; fused gate_up becomes gate and up views.
 ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const ModelWeights& w) {
@@ -28,19 +38,14 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
   out.lm_head = resident(backend, w.lm_head);
   for (const LayerWeights& l : w.layers) {
     LayerWeights r;
-    for (auto [dst, src] : {std::pair{&r.attn_norm, &l.attn_norm}, {&r.q, &l.q}, {&r.k, &l.k}, {&r.v, &l.v},
-                            {&r.qkv, &l.qkv}, {&r.q_bias, &l.q_bias}, {&r.k_bias, &l.k_bias}, {&r.v_bias, &l.v_bias},
-                            {&r.qkv_bias, &l.qkv_bias}, {&r.o_bias, &l.o_bias}, {&r.o, &l.o}, {&r.q_norm, &l.q_norm},
-                            {&r.k_norm, &l.k_norm}, {&r.attn_post_norm, &l.attn_post_norm}, {&r.ffn_norm, &l.ffn_norm},
-                            {&r.ffn_post_norm, &l.ffn_post_norm}, {&r.gate, &l.gate}, {&r.up, &l.up},
-                            {&r.gate_bias, &l.gate_bias}, {&r.up_bias, &l.up_bias}, {&r.down_bias, &l.down_bias},
-                            {&r.down, &l.down}, {&r.router, &l.router}})
+    for (auto [dst, src] : {std::pair{&r.attn_norm, &l.attn_norm}, {&r.q_norm, &l.q_norm}, {&r.k_norm, &l.k_norm},
+                            {&r.attn_post_norm, &l.attn_post_norm}, {&r.ffn_norm, &l.ffn_norm},
+                            {&r.ffn_post_norm, &l.ffn_post_norm}, {&r.router, &l.router}})
       *dst = resident(backend, *src);
-    if (!l.gate_up.empty()) {
-      Tensor both = backend.resident(l.gate_up);
-      r.gate = both.rows(0, spec.intermediate_size);
-      r.up = both.rows(spec.intermediate_size, spec.intermediate_size);
-    }
+    for (auto [dst, src] : {std::pair{&r.q, &l.q}, {&r.k, &l.k}, {&r.v, &l.v}, {&r.qkv, &l.qkv}, {&r.o, &l.o},
+                            {&r.gate, &l.gate}, {&r.up, &l.up}, {&r.down, &l.down}})
+      *dst = resident(backend, *src);
+    if (!l.gate_up.empty()) std::tie(r.gate, r.up) = split_gate_up(resident(backend, l.gate_up), spec.intermediate_size);
     for (const ExpertWeights& e : l.experts)
       r.experts.push_back({resident(backend, e.gate), resident(backend, e.up), resident(backend, e.down)});
     out.layers.push_back(std::move(r));
@@ -57,9 +62,6 @@ DecoderRunner::DecoderRunner(const Model& model, Backend& backend, KvPool& pool,
       vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.vocab_size),
       weights_(resident_weights(backend, model.spec, model.weights)),
       kv_pool_(&pool) {
-  // Routing picks experts by comparing logits: bf16-rounded activations would flip near
-  // ties the reference (f32) does not, so MoE models keep them exact.
-  backend.keep_activations_exact(model.spec.n_experts > 0);
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,
                                         model.spec.rope_freq_dtype));
@@ -231,10 +233,11 @@ void DecoderRunner::execute(const std::vector<BatchEntry>& entries, Rows rows_fo
   step_.logits = own_logits ? logits_.data() : host_logits;
   step_.next_id = greedy ? next_id_.data() : nullptr;
   upload_step_inputs(n, n_segments);
-  if (record)
-    backend_.run_step(step_key(), [this] { run_step(); });
-  else
-    run_step();
+  // The whole step under its context: the decodes' rows first (the logits rows' too), and
+  // exact activations for MoE models: routing picks experts by comparing logits, and
+  // bf16-rounded activations would flip near ties the reference (f32) does not.
+  const StepContext context{decode_rows, model_.spec.n_experts > 0};
+  backend_.run_step(context, record ? step_key() : 0, [this] { run_step(); });
   if (owns_caches)
     for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
 }
@@ -294,7 +297,6 @@ void DecoderRunner::run_step() {
   const ModelSpec& s = model_.spec;
   const ModelWeights& w = weights_;
   const int64_t n = step_.n, h = s.hidden_size;
-  backend_.set_decode_rows(step_.decode_rows);  // the logits rows' too: decodes' last rows come first
   backend_.embed(step_.ids, n, w.embed, s.embed_scale, hidden_.data());
   for (int64_t layer = 0; layer < s.n_layers; ++layer) {
     attention_block(layer);
@@ -302,7 +304,7 @@ void DecoderRunner::run_step() {
   }
   // Under tensor parallelism the head writes this rank's vocabulary slice, then the ranks gather.
   float* head_out = tp_.collective != nullptr ? shard_logits_.data() : step_.logits;
-  const MatmulTarget head{&w.lm_head, nullptr, head_out, s.vocab_size};
+  const Projection head{&w.lm_head, head_out, s.vocab_size};
   const float* last_rows = hidden_.data() + (n - step_.rows) * h;
   if (step_.last_per_segment && step_.rows != n) {  // a batch with prompt chunks: gather each sequence's last rows
     int64_t row = 0;
@@ -313,7 +315,8 @@ void DecoderRunner::run_step() {
     }
     last_rows = normed_.data();
   }
-  backend_.norm_matmul_many(last_rows, step_.rows, norm_of(w.final_norm), &head, 1);
+  const InputNorm final_norm = norm_of(w.final_norm);
+  backend_.project(last_rows, step_.rows, h, &final_norm, &head, 1);
   if (tp_.collective != nullptr)
     tp_.collective->all_gather_columns(head_out, step_.rows, s.vocab_size, tp_.vocab_begin, step_.logits, vocab_);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * vocab_, s.final_softcap);
@@ -326,15 +329,16 @@ InputNorm DecoderRunner::norm_of(const Tensor& weight) const {
 
 // A block's output: added straight into the residual stream, or through its sandwich
 // norm (Gemma 2/3) first.
-void DecoderRunner::add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias,
-                                   const Tensor& post_norm) {
+void DecoderRunner::add_block_output(const float* x, int64_t ldx, const Linear& w, const Tensor& post_norm) {
   const ModelSpec& s = model_.spec;
   const int64_t n = step_.n, h = s.hidden_size;
   if (post_norm.empty() && tp_.collective == nullptr) {
-    backend_.matmul_add(x, n, ldx, w, bias, hidden_.data(), h);
+    const Projection into_residual{&w, hidden_.data(), h};
+    backend_.project(x, n, ldx, nullptr, &into_residual, 1, true);
     return;
   }
-  backend_.matmul(x, n, ldx, w, bias, proj_.data(), h);
+  const Projection out{&w, proj_.data(), h};
+  backend_.project(x, n, ldx, nullptr, &out, 1);
   // A row-parallel projection: each rank holds a part of the sum (rank 0 the bias).
   if (tp_.collective != nullptr) tp_.collective->all_reduce_sum(proj_.data(), n * h);
   if (post_norm.empty()) {
@@ -352,17 +356,18 @@ void DecoderRunner::attention_block(int64_t layer) {
   const int64_t n = step_.n, qs = s.q_size(), kvs = s.kv_size();
   const int64_t width = qs + 2 * kvs;  // qkv_ rows: [q | k | v]
 
+  const InputNorm attn_norm = norm_of(w.attn_norm);
   if (!w.qkv.empty()) {
-    const MatmulTarget qkv{&w.qkv, optional(w.qkv_bias), qkv_.data(), width};
-    backend_.norm_matmul_many(hidden_.data(), n, norm_of(w.attn_norm), &qkv, 1);
+    const Projection qkv{&w.qkv, qkv_.data(), width};
+    backend_.project(hidden_.data(), n, s.hidden_size, &attn_norm, &qkv, 1);
   } else {
-    const MatmulTarget qkv[] = {{&w.q, optional(w.q_bias), qkv_.data(), width},
-                                {&w.k, optional(w.k_bias), qkv_.data() + qs, width},
-                                {&w.v, optional(w.v_bias), qkv_.data() + qs + kvs, width}};
-    backend_.norm_matmul_many(hidden_.data(), n, norm_of(w.attn_norm), qkv, 3);
+    const Projection qkv[] = {
+        {&w.q, qkv_.data(), width}, {&w.k, qkv_.data() + qs, width}, {&w.v, qkv_.data() + qs + kvs, width}};
+    backend_.project(hidden_.data(), n, s.hidden_size, &attn_norm, qkv, 3);
   }
   const RopeTable& table = ropes_[static_cast<size_t>(ls.rope)];
   RopeParams rope{rope_freqs_[static_cast<size_t>(ls.rope)].data(), table.rotary_dim, table.attention_factor};
+  const auto optional = [](const Tensor& t) { return t.empty() ? nullptr : &t; };
   QkvLayout layout{s.n_heads,       s.n_kv_heads,    s.head_dim, optional(w.q_norm), optional(w.k_norm),
                    s.rms_norm_eps, s.norm_add_one};
   AttentionParams params{s.n_heads, s.n_kv_heads, s.head_dim, s.attn_scale, s.attn_softcap, ls.sliding_window};
@@ -380,7 +385,7 @@ void DecoderRunner::attention_block(int64_t layer) {
     backend_.attention(q_.data() + offset * qs, count, qs, kv, positions, step_.max_kv, params, attn_.data() + offset * qs, qs);
     i = j;
   }
-  add_block_output(attn_.data(), qs, w.o, optional(w.o_bias), w.attn_post_norm);
+  add_block_output(attn_.data(), qs, w.o, w.attn_post_norm);
 }
 
 void DecoderRunner::mlp_block(int64_t layer) {
@@ -398,10 +403,10 @@ void DecoderRunner::mlp_block(int64_t layer) {
     return;
   }
   const int64_t inter = s.intermediate_size, width = 2 * inter;  // mlp_ rows: [gate | up]
-  const MatmulTarget gate{&w.gate, optional(w.gate_bias), mlp_.data(), width};
-  const MatmulTarget up{&w.up, optional(w.up_bias), mlp_.data() + inter, width};
-  backend_.norm_matmul_gated(hidden_.data(), n, norm_of(w.ffn_norm), gate, up, s.act, mlp_.data(), width);
-  add_block_output(mlp_.data(), width, w.down, optional(w.down_bias), w.ffn_post_norm);
+  const InputNorm ffn_norm = norm_of(w.ffn_norm);
+  backend_.project_gated(hidden_.data(), n, h, &ffn_norm, {&w.gate, mlp_.data(), width},
+                         {&w.up, mlp_.data() + inter, width}, s.act, mlp_.data(), width);
+  add_block_output(mlp_.data(), width, w.down, w.ffn_post_norm);
 }
 
 }  // namespace kettle

@@ -57,7 +57,7 @@ class DecoderRunner final : public ModelRunner {
     const int32_t* tables[KvPool::kKinds] = {};  // [segments, table_stride] backend memory
     int64_t table_stride = 0, max_kv = 0;
     int64_t n = 0, rows = 0;             // tokens, logits rows
-    int64_t decode_rows = 0;             // the leading rows that are decodes (Backend::set_decode_rows)
+    int64_t decode_rows = 0;             // the leading rows that are decodes (StepContext::decode_rows)
     std::vector<Segment> segments;       // one per sequence (padding rows included)
     bool last_per_segment = false;       // logits rows: each segment's last token (else the step's last rows)
     float* logits = nullptr;             // [rows, vocab] backend memory
@@ -73,7 +73,7 @@ class DecoderRunner final : public ModelRunner {
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
   InputNorm norm_of(const Tensor& weight) const;
-  void add_block_output(const float* x, int64_t ldx, const Tensor& w, const Tensor* bias, const Tensor& post_norm);
+  void add_block_output(const float* x, int64_t ldx, const Linear& w, const Tensor& post_norm);
   void ensure_scratch(int64_t n, int64_t logits_rows);
   void ensure_tables(int64_t n_segments, int64_t stride);
   void update_ropes(int64_t seq_len);

@@ -30,11 +30,12 @@ size_t Model::weight_bytes() const {
   auto count = [&](const Tensor& t) {
     if (!t.empty() && seen.insert(t.data).second) total += t.nbytes();
   };
-  count(weights.lm_head);
+  count(weights.lm_head.weight);
   count(weights.final_norm);
   for (const auto& l : weights.layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.q, &l.k, &l.v, &l.qkv, &l.o, &l.q_norm, &l.k_norm, &l.attn_post_norm,
-                            &l.ffn_norm, &l.ffn_post_norm, &l.gate, &l.up, &l.gate_up, &l.down, &l.router})
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count(p->weight);
+    for (const Tensor* t : {&l.attn_norm, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm,
+                            &l.router})
       count(*t);
     for (const auto& e : l.experts) {
       count(e.gate);

@@ -99,7 +99,7 @@ ModelShard shard_model(const Model& model, int rank, int ranks) {
   ModelWeights& out = shard.model.weights;
   out.embed = w.embed;
   out.final_norm = w.final_norm;
-  out.lm_head = rows_of(w.lm_head, vocab);
+  out.lm_head.weight = rows_of(w.lm_head.weight, vocab);
   for (const LayerWeights& l : w.layers) {
     LayerWeights r;
     r.attn_norm = l.attn_norm;
@@ -108,27 +108,24 @@ ModelShard shard_model(const Model& model, int rank, int ranks) {
     r.ffn_post_norm = l.ffn_post_norm;
     r.q_norm = l.q_norm;
     r.k_norm = l.k_norm;
-    r.q = rows_of(l.q, q);
-    r.k = rows_of(l.k, kv);
-    r.v = rows_of(l.v, kv);
-    r.q_bias = rows_of(l.q_bias, q);
-    r.k_bias = rows_of(l.k_bias, kv);
-    r.v_bias = rows_of(l.v_bias, kv);
-    r.qkv = rows_concat(l.qkv, {q, k_in_fused, v_in_fused}, owned);
-    r.qkv_bias = rows_concat(l.qkv_bias, {q, k_in_fused, v_in_fused}, owned);
-    r.o = columns_of(l.o, q, owned);
-    r.o_bias = rank == 0 ? l.o_bias : Tensor{};
+    // Column-parallel (by output rows): q, k, v, gate, up and their biases.
+    const auto by_rows = [](const Linear& p, Slice s) { return Linear{rows_of(p.weight, s), rows_of(p.bias, s)}; };
+    r.q = by_rows(l.q, q);
+    r.k = by_rows(l.k, kv);
+    r.v = by_rows(l.v, kv);
+    r.qkv = {rows_concat(l.qkv.weight, {q, k_in_fused, v_in_fused}, owned),
+             rows_concat(l.qkv.bias, {q, k_in_fused, v_in_fused}, owned)};
     if (!l.gate_up.empty()) {
-      r.gate = l.gate_up.rows(inter.begin, inter.count);
-      r.up = l.gate_up.rows(up_in_fused.begin, up_in_fused.count);
+      r.gate = by_rows(l.gate_up, inter);
+      r.up = by_rows(l.gate_up, up_in_fused);
     } else {
-      r.gate = rows_of(l.gate, inter);
-      r.up = rows_of(l.up, inter);
+      r.gate = by_rows(l.gate, inter);
+      r.up = by_rows(l.up, inter);
     }
-    r.gate_bias = rows_of(l.gate_bias, inter);
-    r.up_bias = rows_of(l.up_bias, inter);
-    r.down = columns_of(l.down, inter, owned);
-    r.down_bias = rank == 0 ? l.down_bias : Tensor{};
+    // Row-parallel (by input columns): o and down; their partial sums meet in the
+    // all-reduce, so the bias is added once, on rank 0.
+    r.o = {columns_of(l.o.weight, q, owned), rank == 0 ? l.o.bias : Tensor{}};
+    r.down = {columns_of(l.down.weight, inter, owned), rank == 0 ? l.down.bias : Tensor{}};
     out.layers.push_back(std::move(r));
   }
   return shard;

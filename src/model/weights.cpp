@@ -20,6 +20,15 @@ class Binder {
   Tensor maybe(const std::string& suffix, std::vector<int64_t> shape) const {
     return has(suffix) ? need(suffix, std::move(shape)) : Tensor{};
   }
+  // A projection `name` ("self_attn.q_proj"): name.weight [out, in] and name.bias [out],
+  // the bias required, optional (bound when the checkpoint has it) or refused.
+  enum class Bias { kRequired, kOptional };
+  Linear linear(const std::string& name, int64_t out, int64_t in, Bias bias = Bias::kOptional) const {
+    Linear l;
+    l.weight = need(name + ".weight", {out, in});
+    l.bias = bias == Bias::kRequired ? need(name + ".bias", {out}) : maybe(name + ".bias", {out});
+    return l;
+  }
 
  private:
   const WeightStore& store_;
@@ -37,23 +46,16 @@ Tensor expert_slice(const Tensor& stacked, int64_t e) {
 void bind_attention(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
   const int64_t h = s.hidden_size, q = s.q_size(), kv = s.kv_size();
   if (b.has("self_attn.qkv_proj.weight")) {
-    w.qkv = b.need("self_attn.qkv_proj.weight", {q + 2 * kv, h});
-    w.qkv_bias = b.maybe("self_attn.qkv_proj.bias", {q + 2 * kv});
+    w.qkv = b.linear("self_attn.qkv_proj", q + 2 * kv, h);
   } else {
-    w.q = b.need("self_attn.q_proj.weight", {q, h});
-    w.k = b.need("self_attn.k_proj.weight", {kv, h});
-    w.v = b.need("self_attn.v_proj.weight", {kv, h});
     // Biases and q/k norms load whenever the checkpoint has them; the family table says
     // which ones must be there.
-    const auto bias = [&](const char* name, int64_t size) {
-      return arch.qkv_bias ? b.need(name, {size}) : b.maybe(name, {size});
-    };
-    w.q_bias = bias("self_attn.q_proj.bias", q);
-    w.k_bias = bias("self_attn.k_proj.bias", kv);
-    w.v_bias = bias("self_attn.v_proj.bias", kv);
+    const Binder::Bias bias = arch.qkv_bias ? Binder::Bias::kRequired : Binder::Bias::kOptional;
+    w.q = b.linear("self_attn.q_proj", q, h, bias);
+    w.k = b.linear("self_attn.k_proj", kv, h, bias);
+    w.v = b.linear("self_attn.v_proj", kv, h, bias);
   }
-  w.o = b.need("self_attn.o_proj.weight", {h, q});
-  w.o_bias = b.maybe("self_attn.o_proj.bias", {h});
+  w.o = b.linear("self_attn.o_proj", h, q);
   w.q_norm = arch.qk_norm ? b.need("self_attn.q_norm.weight", {s.head_dim}) : b.maybe("self_attn.q_norm.weight", {s.head_dim});
   w.k_norm = arch.qk_norm ? b.need("self_attn.k_norm.weight", {s.head_dim}) : b.maybe("self_attn.k_norm.weight", {s.head_dim});
 }
@@ -61,15 +63,12 @@ void bind_attention(const ModelSpec& s, const ArchTable& arch, const Binder& b, 
 void bind_dense_mlp(const ModelSpec& s, const Binder& b, LayerWeights& w) {
   const int64_t h = s.hidden_size, inter = s.intermediate_size;
   if (b.has("mlp.gate_up_proj.weight")) {
-    w.gate_up = b.need("mlp.gate_up_proj.weight", {2 * inter, h});
+    w.gate_up = b.linear("mlp.gate_up_proj", 2 * inter, h);
   } else {
-    w.gate = b.need("mlp.gate_proj.weight", {inter, h});
-    w.up = b.need("mlp.up_proj.weight", {inter, h});
-    w.gate_bias = b.maybe("mlp.gate_proj.bias", {inter});
-    w.up_bias = b.maybe("mlp.up_proj.bias", {inter});
+    w.gate = b.linear("mlp.gate_proj", inter, h);
+    w.up = b.linear("mlp.up_proj", inter, h);
   }
-  w.down = b.need("mlp.down_proj.weight", {h, inter});
-  w.down_bias = b.maybe("mlp.down_proj.bias", {h});
+  w.down = b.linear("mlp.down_proj", h, inter);
 }
 
 void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
@@ -101,12 +100,8 @@ ModelWeights bind_weights(const ModelSpec& s, const WeightStore& store) {
   ModelWeights w;
   w.embed = store.get("model.embed_tokens.weight", {s.vocab_size, s.hidden_size});
   w.final_norm = store.get("model.norm.weight", {s.hidden_size});
-  if (store.contains("lm_head.weight") && !s.tie_word_embeddings)
-    w.lm_head = store.get("lm_head.weight", {s.vocab_size, s.hidden_size});
-  else if (s.tie_word_embeddings)
-    w.lm_head = w.embed;
-  else
-    w.lm_head = store.get("lm_head.weight", {s.vocab_size, s.hidden_size});  // error: names the missing tensor
+  // Tied: the embedding table itself; else lm_head.weight (its absence an error naming it).
+  w.lm_head.weight = s.tie_word_embeddings ? w.embed : store.get("lm_head.weight", {s.vocab_size, s.hidden_size});
 
   w.layers.resize(static_cast<size_t>(s.n_layers));
   for (int64_t i = 0; i < s.n_layers; ++i) {

@@ -10,6 +10,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "tensor/host_buffer.h"
+#include "util/error.h"
 
 namespace kettle {
 namespace {
@@ -31,14 +32,27 @@ class CpuBackend final : public Backend {
   void to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   Tensor resident(const Tensor& weight) override { return weight; }  // the mmap'd view as it is
-  void run_step(uint64_t, const std::function<void()>& ops) override { ops(); }
+  void run_step(const StepContext&, uint64_t, const std::function<void()>& ops) override { ops(); }
 
-  void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias,
-              float* out, int64_t ldo) override {
-    cpu_matmul(pool_, x, n, ldx, w, bias, out, ldo);
+  void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* outs, int count,
+               bool accumulate) override {
+    std::vector<MatmulTarget>& targets = targets_of(outs, count, "project");
+    const int64_t k = outs[0].linear->in_features();
+    if (norm != nullptr) x = normalized(x, n, k, *norm), ldx = k;
+    if (!accumulate) return cpu_matmul_many(pool_, x, n, ldx, targets.data(), count);
+    if (count != 1 || norm != nullptr)
+      fail(ErrorCategory::kInternal, "cpu project: accumulate takes one output of un-normalised x");
+    // The product into scratch, then added row by row into the residual stream.
+    const int64_t m = outs[0].linear->out_features();
+    float* product = scratch(n * m, 1);
+    cpu_matmul(pool_, x, n, ldx, *targets[0].w, targets[0].bias, product, m);
+    for (int64_t t = 0; t < n; ++t) cpu::add(pool_, outs[0].out + t * outs[0].ldo, product + t * m, m);
   }
-  void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) override {
-    cpu_matmul_many(pool_, x, n, ldx, targets, count);
+  void project_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+                     const Projection& up, Activation act, float* out, int64_t ldo) override {
+    const Projection both[] = {gate, up};
+    project(x, n, ldx, norm, both, 2, false);
+    cpu::gated_activation(pool_, gate.out, up.out, n, gate.linear->out_features(), gate.ldo, act, out, ldo);
   }
   void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
     cpu::embed(pool_, ids, n, table, scale, out);
@@ -48,50 +62,9 @@ class CpuBackend final : public Backend {
     cpu::rms_norm(pool_, x, rows, dim, ld, weight, eps, add_one, out, ldo);
   }
   void add(float* x, const float* y, int64_t n) override { cpu::add(pool_, x, y, n); }
-  void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight, float eps,
-                    bool add_one, float* out) override {
-    cpu::add_rms_norm(pool_, x, y, rows, dim, weight, eps, add_one, out);
-  }
   void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout, const int32_t* positions,
                       const RopeParams& rope, float* q_out, const KvPages& kv) override {
     cpu::qkv_rope_store(pool_, qkv, n, ld, layout, positions, rope, q_out, kv);
-  }
-  // The CPU composes the fused ops: norm (or product) into scratch, then the plain op. The
-  // scratch only grows, so decoding allocates nothing per step.
-  void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
-                        int count) override {
-    const int64_t k = targets[0].w->dim(1);
-    float* normed = scratch(n * k);
-    cpu::rms_norm(pool_, x, n, k, k, *norm.weight, norm.eps, norm.add_one, normed, k);
-    cpu_matmul_many(pool_, normed, n, k, targets, count);
-  }
-  void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
-                         const MatmulTarget& up, Activation act, float* out, int64_t ldo) override {
-    const int64_t k = gate.w->dim(1);
-    float* normed = scratch(n * k);
-    cpu::rms_norm(pool_, x, n, k, k, *norm.weight, norm.eps, norm.add_one, normed, k);
-    matmul_gated(normed, n, k, gate, up, act, out, ldo);
-  }
-  void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
-                  int64_t ldo) override {
-    const int64_t m = w.dim(0);
-    float* product = scratch(n * m);
-    cpu_matmul(pool_, x, n, ldx, w, bias, product, m);
-    for (int64_t t = 0; t < n; ++t) cpu::add(pool_, out + t * ldo, product + t * m, m);
-  }
-  void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
-                    Activation act, float* out, int64_t ldo) override {
-    const MatmulTarget both[] = {gate, up};
-    cpu_matmul_many(pool_, x, n, ldx, both, 2);
-    cpu::gated_activation(pool_, gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
-  }
-  void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim,
-            const int32_t* positions, const RopeParams& rope) override {
-    cpu::rope(pool_, x, n_tokens, ld, n_heads, head_dim, positions, rope);
-  }
-  void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld,
-                        Activation act, float* out, int64_t ldo) override {
-    cpu::gated_activation(pool_, gate, up, n, width, ld, act, out, ldo);
   }
   void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t,
                  const AttentionParams& params, float* out, int64_t ldo) override {
@@ -114,13 +87,33 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  float* scratch(int64_t count) {
-    if (scratch_.size() < static_cast<size_t>(count)) scratch_.resize(static_cast<size_t>(count));
-    return scratch_.data();
+  // Grow-only scratch (decoding allocates nothing per step): slot 0 the normalised x,
+  // slot 1 a product to add.
+  float* scratch(int64_t count, int slot) {
+    HostBuffer<float>& s = scratch_[slot];
+    if (s.size() < static_cast<size_t>(count)) s.resize(static_cast<size_t>(count));
+    return s.data();
+  }
+  const float* normalized(const float* x, int64_t n, int64_t k, const InputNorm& norm) {
+    float* normed = scratch(n * k, 0);
+    cpu::rms_norm(pool_, x, n, k, k, *norm.weight, norm.eps, norm.add_one, normed, k);
+    return normed;
+  }
+  // The projections as the matmul kernels take them; dense weights only, no adapters.
+  std::vector<MatmulTarget>& targets_of(const Projection* outs, int count, const char* op) {
+    targets_.clear();
+    for (int i = 0; i < count; ++i) {
+      const Linear& l = *outs[i].linear;
+      if (l.scheme != WeightScheme::kDense || l.adapter != nullptr)
+        fail(ErrorCategory::kUnsupported, "cpu {}: only dense weights without adapters run here", op);
+      targets_.push_back({&l.weight, l.bias.empty() ? nullptr : &l.bias, outs[i].out, outs[i].ldo});
+    }
+    return targets_;
   }
 
   ThreadPool pool_;
-  HostBuffer<float> scratch_;
+  HostBuffer<float> scratch_[2];
+  std::vector<MatmulTarget> targets_;
 };
 
 }  // namespace

@@ -10,6 +10,14 @@
 
 namespace kettle {
 
+// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias).
+struct MatmulTarget {
+  const Tensor* w;
+  const Tensor* bias;  // or nullptr
+  float* out;
+  int64_t ldo;
+};
+
 // Who computes a matmul: one of the register-tiled kernels, or OpenBLAS sgemm
 // on weight panels widened to f32.
 enum class MatmulPath { kGeneric, kAvx2, kAvx512, kBlas };

@@ -27,12 +27,6 @@ void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, int64
   });
 }
 
-void add_rms_norm(ThreadPool& pool, float* x, const float* y, int64_t rows, int64_t dim,
-                  const Tensor& weight, float eps, bool add_one, float* out) {
-  add(pool, x, y, rows * dim);
-  rms_norm(pool, x, rows, dim, dim, weight, eps, add_one, out, dim);
-}
-
 void embed(ThreadPool& pool, const int32_t* ids, int64_t n, const Tensor& table, float scale,
            float* out) {
   int64_t dim = table.dim(1);

@@ -1,5 +1,5 @@
 // The CPU backend's ops as free functions over a ThreadPool, one file per
-// op family (norm.cpp, rope.cpp, attention.cpp, activation.cpp, moe.cpp;
+// op family (norm.cpp, qkv.cpp, attention.cpp, activation.cpp, moe.cpp;
 // matmul.h for the GEMM family). CpuBackend forwards to these.
 #pragma once
 
@@ -20,15 +20,11 @@ void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, int64
 
 void add(ThreadPool& pool, float* x, const float* y, int64_t n);
 
-void rope(ThreadPool& pool, float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim,
-          const int32_t* positions, const RopeParams& rope);
 
 void gated_activation(ThreadPool& pool, const float* gate, const float* up, int64_t n,
                       int64_t width, int64_t ld, Activation act, float* out, int64_t ldo);
 float activate(Activation act, float x);
 
-void add_rms_norm(ThreadPool& pool, float* x, const float* y, int64_t rows, int64_t dim,
-                  const Tensor& weight, float eps, bool add_one, float* out);
 
 void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, const QkvLayout& layout,
                     const int32_t* positions, const RopeParams& rope, float* q_out, const KvPages& kv);

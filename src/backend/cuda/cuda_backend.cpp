@@ -3,8 +3,8 @@
 // are f32 and the KV cache f16 in device memory. Prompt rows' matmuls are
 // cuBLASLt GEMMs of one fixed configuration per shape (fixed_gemm.h), which sum
 // a row the same way whatever the row count. Decode rows' are the GEMV (one
-// row, matmul.cu) and cuBLAS's own choice of GEMM (more), the fastest, or under
-// set_batch_invariant a second fixed cuBLASLt plan, chosen for decode batches.
+// row, matmul.cu) and cuBLAS's own choice of GEMM (more), the fastest, or in a
+// batch-invariant backend a second fixed cuBLASLt plan, chosen for decode batches.
 // run_step records a step as a CUDA graph on its second sighting (the first
 // runs eagerly, so workspaces are sized outside the capture) and replays it.
 #include "backend/cuda/cuda_backend.h"
@@ -64,8 +64,8 @@ struct ExpertTable {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
-    check(cudaSetDevice(0), "cudaSetDevice");
+  CudaBackend(int ordinal, bool batch_invariant) : device_(ordinal), batch_invariant_(batch_invariant) {
+    check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     // Prompt rows: a plan for a prompt of a few hundred tokens, k unsplit (chosen for 2048
     // rows, a full chunk, it made 512-token prefill 11 % slower). Invariant decode rows: a
@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
     check(cudaMalloc(&cublas_workspace_, kCublasWorkspace), "cudaMalloc (cuBLAS workspace)");
     check(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace), "cublasSetWorkspace");
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     device_name_ = prop.name;
     check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kPinnedBytes), "cudaMallocHost");
     check(cudaMallocHost(reinterpret_cast<void**>(&pinned_out_), kPinnedBytes), "cudaMallocHost");
@@ -139,9 +139,6 @@ class CudaBackend final : public Backend {
     free_[round_up(bytes)].push_back(data);
   }
   DType kv_dtype() const override { return DType::kF16; }  // paging.cuh
-  void keep_activations_exact(bool on) override { exact_activations_ = on; }
-  void set_decode_rows(int64_t rows) override { decode_rows_ = rows; }
-  void set_batch_invariant(bool on) override { batch_invariant_ = on; }
   size_t free_memory() override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -213,8 +210,16 @@ class CudaBackend final : public Backend {
     return copy;
   }
 
-  void run_step(uint64_t key, const std::function<void()>& ops) override {
-    if (timer_.enabled()) return ops();  // each op timed on its own
+  // The context holds while ops run (a recorded step's host-side choices are made then).
+  void run_step(const StepContext& context, uint64_t key, const std::function<void()>& ops) override {
+    check(cudaSetDevice(device_), "cudaSetDevice");  // this thread works on this backend's device
+    struct Scoped {
+      StepContext& held;
+      StepContext saved;
+      ~Scoped() { held = saved; }
+    } scoped{context_, context_};
+    context_ = context;
+    if (key == 0 || timer_.enabled()) return ops();  // unrecorded, or each op timed on its own
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {  // first sighting: run it, sizing workspaces
       graphs_.emplace(key, nullptr);
@@ -273,30 +278,19 @@ class CudaBackend final : public Backend {
   }
 
   // ---- ops -------------------------------------------------------------------
-  void matmul(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
-              int64_t ldo) override {
-    const MatmulTarget target{&w, bias, out, ldo};
-    project(x, n, ldx, nullptr, &target, 1, false);
+  void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* outs, int count,
+               bool accumulate) override {
+    check_linears(outs, count, "project");
+    if (norm != nullptr && ldx != outs[0].linear->in_features())
+      fail(ErrorCategory::kInternal, "cuda project: a normalised x is dense (ldx {} != k {})", ldx,
+           outs[0].linear->in_features());
+    project_rows(x, n, ldx, norm, outs, count, accumulate);
   }
-  void matmul_many(const float* x, int64_t n, int64_t ldx, const MatmulTarget* targets, int count) override {
-    project(x, n, ldx, nullptr, targets, count, false);
-  }
-  void norm_matmul_many(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* targets,
-                        int count) override {
-    project(x, n, targets[0].w->dim(1), &norm, targets, count, false);
-  }
-  void matmul_add(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
-                  int64_t ldo) override {
-    const MatmulTarget target{&w, bias, out, ldo};
-    project(x, n, ldx, nullptr, &target, 1, true);
-  }
-  void matmul_gated(const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate, const MatmulTarget& up,
-                    Activation act, float* out, int64_t ldo) override {
-    gated(x, n, ldx, nullptr, gate, up, act, out, ldo);
-  }
-  void norm_matmul_gated(const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
-                         const MatmulTarget& up, Activation act, float* out, int64_t ldo) override {
-    gated(x, n, gate.w->dim(1), &norm, gate, up, act, out, ldo);
+  void project_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+                     const Projection& up, Activation act, float* out, int64_t ldo) override {
+    const Projection both[] = {gate, up};
+    check_linears(both, 2, "project_gated");
+    gated(x, n, ldx, norm, gate, up, act, out, ldo);
   }
 
   void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
@@ -315,19 +309,6 @@ class CudaBackend final : public Backend {
     check_launch("add");
   }
 
-  void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const Tensor& weight, float eps, bool add_one,
-                    float* out) override {
-    cuda::add_rms_norm(x, y, rows, dim, f32_data(&weight, "add_rms_norm"), eps, add_one, out, stream_);
-    check_launch("add_rms_norm");
-  }
-
-  void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
-            const RopeParams& rope) override {
-    cuda::rope(x, n_tokens, ld, n_heads, head_dim, positions, rope.inv_freq, rope.rotary_dim, rope.attention_factor,
-               stream_);
-    check_launch("rope");
-  }
-
   void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, const QkvLayout& l, const int32_t* positions,
                       const RopeParams& rope, float* q_out, const KvPages& kv) override {
     check_pages(kv, "qkv_rope_store");
@@ -335,12 +316,6 @@ class CudaBackend final : public Backend {
                          f32_data(l.k_norm, "qkv_rope_store"), l.norm_eps, l.norm_add_one, positions, rope.inv_freq,
                          rope.rotary_dim, rope.attention_factor, q_out, kv, stream_);
     check_launch("qkv_rope_store");
-  }
-
-  void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,
-                        float* out, int64_t ldo) override {
-    cuda::gated_activation(gate, up, n, width, ld, act, out, ldo, stream_);
-    check_launch("gated_activation");
   }
 
   void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t max_kv,
@@ -501,43 +476,51 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  // The matmul family: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); the decode rows
-  // (set_decode_rows) first, then the prompt rows.
-  void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets, int count,
-               bool accumulate) {
-    const int64_t d = std::min(n, decode_rows_);
+  // Dense weights without adapters are what these kernels read.
+  static void check_linears(const Projection* outs, int count, const char* op) {
+    for (int i = 0; i < count; ++i)
+      if (outs[i].linear->scheme != WeightScheme::kDense || outs[i].linear->adapter != nullptr)
+        fail(ErrorCategory::kUnsupported, "cuda {}: only dense weights without adapters run here", op);
+  }
+  static const Tensor& weight_of(const Projection& p) { return p.linear->weight; }
+  static const Tensor* bias_of(const Projection& p) { return p.linear->bias.empty() ? nullptr : &p.linear->bias; }
+
+  // The projections: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); the step's decode rows
+  // (StepContext::decode_rows) first, then the prompt rows.
+  void project_rows(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets, int count,
+                    bool accumulate) {
+    const int64_t d = std::min(n, context_.decode_rows);
     if (d > 0 && !batch_invariant_)
       fast_project(x, d, ldx, norm, targets, count, accumulate);
     else if (d > 0)
       gemm_project(x, d, ldx, norm, targets, count, accumulate, Gemm::kDecodeFixed);
     if (d == n) return;
     if (d == 0) return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kPromptFixed);
-    std::vector<MatmulTarget> rest(targets, targets + count);
-    for (MatmulTarget& t : rest) t.out += d * t.ldo;
+    std::vector<Projection> rest(targets, targets + count);
+    for (Projection& t : rest) t.out += d * t.ldo;
     gemm_project(x + d * ldx, n - d, ldx, norm, rest.data(), count, accumulate, Gemm::kPromptFixed);
   }
 
-  void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
-             const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
-    const int64_t inter = gate.w->dim(0), d = std::min(n, decode_rows_);
+  void gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+             const Projection& up, Activation act, float* out, int64_t ldo) {
+    const int64_t inter = weight_of(gate).dim(0), d = std::min(n, context_.decode_rows);
     if (d > 0 && !batch_invariant_) {
       fast_gated(x, d, ldx, norm, gate, up, act, out, ldo);
     } else if (d > 0) {
-      const MatmulTarget both[] = {gate, up};
+      const Projection both[] = {gate, up};
       gemm_project(x, d, ldx, norm, both, 2, false, Gemm::kDecodeFixed);
       gated_activation(gate.out, up.out, d, inter, gate.ldo, act, out, ldo);
     }
     if (d == n) return;
-    const MatmulTarget both[] = {{gate.w, gate.bias, gate.out + d * gate.ldo, gate.ldo},
-                                 {up.w, up.bias, up.out + d * up.ldo, up.ldo}};
+    const Projection both[] = {{gate.linear, gate.out + d * gate.ldo, gate.ldo}, {up.linear, up.out + d * up.ldo, up.ldo}};
     gemm_project(x + d * ldx, n - d, ldx, norm, both, 2, false, Gemm::kPromptFixed);
     gated_activation(both[0].out, both[1].out, n - d, inter, gate.ldo, act, out + d * ldo, ldo);
   }
 
   // Decode rows the fastest way: the GEMV for one row, cuBLAS's GEMM of its choice for more.
-  void fast_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets,
+  void fast_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                     int count, bool accumulate) {
-    const int64_t k = targets[0].w->dim(1);
+    const int64_t k = weight_of(targets[0]).dim(1);
     if (n != 1 || !cuda::gemv_supported(k) || count > cuda::kMaxGemvTargets)
       return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kHeuristic);
     // The norm runs as its own small kernel: normalising inside the GEMV (each warp
@@ -545,41 +528,41 @@ class CudaBackend final : public Backend {
     if (norm != nullptr) x = normalized(x, n, k, *norm);
     cuda::GemvTarget gemv[cuda::kMaxGemvTargets];
     for (int i = 0; i < count; ++i)
-      gemv[i] = {bf16_data(*targets[i].w, "matmul"), f32_data(targets[i].bias, "matmul"), targets[i].out,
-                 static_cast<int>(targets[i].w->dim(0))};
-    cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, !exact_activations_, stream_);
+      gemv[i] = {bf16_data(weight_of(targets[i]), "matmul"), f32_data(bias_of(targets[i]), "matmul"), targets[i].out,
+                 static_cast<int>(weight_of(targets[i]).dim(0))};
+    cuda::gemv(gemv, count, x, static_cast<int>(k), accumulate, !context_.exact_activations, stream_);
     check_launch("gemv");
   }
 
-  void fast_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
-                  const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
-    const int64_t k = gate.w->dim(1);
+  void fast_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+                  const Projection& up, Activation act, float* out, int64_t ldo) {
+    const int64_t k = weight_of(gate).dim(1);
     if (n != 1 || !cuda::gemv_supported(k)) {
-      const MatmulTarget both[] = {gate, up};
+      const Projection both[] = {gate, up};
       gemm_project(x, n, ldx, norm, both, 2, false, Gemm::kHeuristic);
-      gated_activation(gate.out, up.out, n, gate.w->dim(0), gate.ldo, act, out, ldo);
+      gated_activation(gate.out, up.out, n, weight_of(gate).dim(0), gate.ldo, act, out, ldo);
       return;
     }
     if (norm != nullptr) x = normalized(x, n, k, *norm);
-    const cuda::GemvTarget g{bf16_data(*gate.w, "matmul_gated"), f32_data(gate.bias, "matmul_gated"), nullptr,
-                             static_cast<int>(gate.w->dim(0))};
-    const cuda::GemvTarget u{bf16_data(*up.w, "matmul_gated"), f32_data(up.bias, "matmul_gated"), nullptr,
-                             static_cast<int>(up.w->dim(0))};
-    cuda::gemv_gated(g, u, act, x, static_cast<int>(k), !exact_activations_, out, stream_);
+    const cuda::GemvTarget g{bf16_data(weight_of(gate), "project_gated"), f32_data(bias_of(gate), "project_gated"),
+                             nullptr, static_cast<int>(weight_of(gate).dim(0))};
+    const cuda::GemvTarget u{bf16_data(weight_of(up), "project_gated"), f32_data(bias_of(up), "project_gated"),
+                             nullptr, static_cast<int>(weight_of(up).dim(0))};
+    cuda::gemv_gated(g, u, act, x, static_cast<int>(k), !context_.exact_activations, out, stream_);
     check_launch("gemv_gated");
   }
 
   // Which GEMM: a fixed configuration per shape (FixedGemm: prompt rows, or decode rows
-  // under set_batch_invariant), or cuBLAS's choice for the row count (fast decode rows).
+  // in a batch-invariant backend), or cuBLAS's choice for the row count (fast decode rows).
   enum class Gemm { kPromptFixed, kDecodeFixed, kHeuristic };
 
   // GEMMs on bf16 x (a norm writes its bf16 rows directly), or under the exact rule on x
   // as two bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)), f32-accurate activations
   // for a GEMM that streams the weights once either way.
-  void gemm_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* targets,
+  void gemm_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                     int count, bool accumulate, Gemm gemm) {
-    const int64_t k = targets[0].w->dim(1);
-    if (!exact_activations_) {
+    const int64_t k = weight_of(targets[0]).dim(1);
+    if (!context_.exact_activations) {
       auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
       if (norm != nullptr) {
         cuda::rms_norm_bf16(x, n, k, ldx, f32_data(norm->weight, "norm"), norm->eps, norm->add_one, xb, stream_);
@@ -589,9 +572,9 @@ class CudaBackend final : public Backend {
         check_launch("to_bf16");
       }
       for (int i = 0; i < count; ++i) {
-        gemm_raw(xb, n, k, *targets[i].w, targets[i].out, targets[i].ldo, accumulate, gemm);
-        if (const float* b = f32_data(targets[i].bias, "matmul")) {
-          cuda::add_bias(targets[i].out, n, targets[i].w->dim(0), targets[i].ldo, b, stream_);
+        gemm_raw(xb, n, k, weight_of(targets[i]), targets[i].out, targets[i].ldo, accumulate, gemm);
+        if (const float* b = f32_data(bias_of(targets[i]), "matmul")) {
+          cuda::add_bias(targets[i].out, n, weight_of(targets[i]).dim(0), targets[i].ldo, b, stream_);
           check_launch("add_bias");
         }
       }
@@ -605,10 +588,10 @@ class CudaBackend final : public Backend {
     cuda::to_bf16_split(x, n, k, ldx, xb, stream_);
     check_launch("to_bf16_split");
     for (int i = 0; i < count; ++i) {
-      const int64_t m = targets[i].w->dim(0);
+      const int64_t m = weight_of(targets[i]).dim(0);
       auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
-      gemm_raw(xb, 2 * n, k, *targets[i].w, wide, m, false, gemm);
-      cuda::sum_halves(wide, n, m, f32_data(targets[i].bias, "matmul"), targets[i].out, targets[i].ldo, accumulate,
+      gemm_raw(xb, 2 * n, k, weight_of(targets[i]), wide, m, false, gemm);
+      cuda::sum_halves(wide, n, m, f32_data(bias_of(targets[i]), "matmul"), targets[i].out, targets[i].ldo, accumulate,
                        stream_);
       check_launch("sum_halves");
     }
@@ -631,6 +614,12 @@ class CudaBackend final : public Backend {
                          static_cast<int>(ldo), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
     if (timer_.enabled()) timer_.mark("gemm " + std::to_string(n) + "x" + std::to_string(m) + "x" + std::to_string(k));
+  }
+
+  void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,
+                        float* out, int64_t ldo) {
+    cuda::gated_activation(gate, up, n, width, ld, act, out, ldo, stream_);
+    check_launch("gated_activation");
   }
 
   // After each launch: a bad configuration shows up here, not three ops later.
@@ -669,7 +658,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::FixedGemm> prompt_gemm_;  // prompt rows
-  std::unique_ptr<cuda::FixedGemm> decode_gemm_;  // decode rows under set_batch_invariant
+  std::unique_ptr<cuda::FixedGemm> decode_gemm_;  // decode rows of a batch-invariant backend
   cublasHandle_t cublas_ = nullptr;  // the fast decode GEMMs
   void* cublas_workspace_ = nullptr;
   std::string device_name_;
@@ -678,9 +667,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<const void*, ExpertTable> expert_tables_;
   bool capturing_ = false;
-  bool exact_activations_ = false;  // keep_activations_exact: x as hi + lo bf16 halves
-  int64_t decode_rows_ = 0;         // set_decode_rows
-  bool batch_invariant_ = false;    // set_batch_invariant
+  int device_;                      // the device ordinal
+  bool batch_invariant_;            // decode rows through the fixed decode GEMM too
+  StepContext context_;             // the running step's (run_step); outside one, all rows are prompt rows
   char* pinned_ = nullptr;          // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
@@ -700,6 +689,8 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(int ordinal, bool batch_invariant) {
+  return std::make_unique<CudaBackend>(ordinal, batch_invariant);
+}
 
 }  // namespace kettle

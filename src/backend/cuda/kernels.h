@@ -46,8 +46,6 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const float
 // The same norm written dense as bf16 [rows, dim]: the GEMM's activation operand in one pass.
 void rms_norm_bf16(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
                    Bf16* out, cudaStream_t stream);
-void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const float* w, float eps, bool add_one,
-                  float* out, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 void embed(const int32_t* ids, int64_t n, const Bf16* table, int64_t dim, float scale, float* out,
@@ -58,8 +56,6 @@ void gated_activation(const float* gate, const float* up, int64_t n, int64_t wid
                       float* out, int64_t ldo, cudaStream_t stream);
 
 // ---- rope.cu -----------------------------------------------------------------------
-void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
-          const float* inv_freq, int rotary_dim, float attention_factor, cudaStream_t stream);
 // k and v of token t go to its sequence's logical row positions[t] in kv (KvPages).
 void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
                     const float* q_norm, const float* k_norm, float eps, bool add_one, const int32_t* positions,

@@ -158,11 +158,6 @@ void rms_norm_bf16(const float* x, int64_t rows, int64_t dim, int64_t ld, const 
                      reinterpret_cast<__nv_bfloat16*>(out), dim, stream);
 }
 
-void add_rms_norm(float* x, const float* y, int64_t rows, int64_t dim, const float* w, float eps, bool add_one,
-                  float* out, cudaStream_t stream) {
-  launch_norm<true>(x, rows, dim, dim, y, w, eps, add_one, out, dim, stream);
-}
-
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   launch(add_kernel, blocks_for(n, 256), 256, 0, stream, x, y, n);
 }

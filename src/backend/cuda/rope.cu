@@ -26,14 +26,6 @@ __device__ __forceinline__ void rotate_half(float* v, int half, float pos, const
   }
 }
 
-__global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int half, float attention_factor) {
-  grid_wait();
-  const int64_t t = blockIdx.x;
-  rotate_half(x + t * ld + static_cast<int64_t>(blockIdx.y) * head_dim, half, static_cast<float>(positions[t]), inv_freq,
-              attention_factor);
-}
-
 // grid (n, n_heads + 2 n_kv_heads): one block per head of q, k or v of one token.
 __global__ void __launch_bounds__(kHeadThreads)
     qkv_rope_store_kernel(const float* __restrict__ qkv, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
@@ -74,13 +66,6 @@ __global__ void __launch_bounds__(kHeadThreads)
 }
 
 }  // namespace
-
-void rope(float* x, int64_t n_tokens, int64_t ld, int n_heads, int head_dim, const int32_t* positions,
-          const float* inv_freq, int rotary_dim, float attention_factor, cudaStream_t stream) {
-  if (n_tokens == 0) return;
-  launch(rope_kernel, dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads)), 64, 0, stream, 
-      x, ld, head_dim, positions, inv_freq, rotary_dim / 2, attention_factor);
-}
 
 void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_kv_heads, int head_dim,
                     const float* q_norm, const float* k_norm, float eps, bool add_one, const int32_t* positions,

@@ -20,7 +20,7 @@ TEST_F(CudaOpsTest, MatmulDecodeAndPromptRowsWithBias) {
         Tensor bias_t{bias.data(), DType::kF32, {m}};
         auto x = random_vec(static_cast<size_t>(n * ldx), rng_);
         std::vector<float> ref(static_cast<size_t>(n * ldo), 0.0f);
-        cpu_->matmul(x.data(), n, ldx, w.tensor, &bias_t, ref.data(), ldo);
+        matmul(*cpu_, x.data(), n, ldx, w.tensor, &bias_t, ref.data(), ldo);
         auto dx = up(x);
         auto dout = up(ref);  // the stride gaps keep the CPU's values; rows are poisoned below
         for (int64_t t = 0; t < n; ++t) {
@@ -28,7 +28,7 @@ TEST_F(CudaOpsTest, MatmulDecodeAndPromptRowsWithBias) {
           gpu_->to_device(dout.data() + t * ldo, nan.data(), nan.size() * sizeof(float));
         }
         Tensor gw = gpu_->resident(w.tensor), gb = gpu_->resident(bias_t);
-        gpu_->matmul(dx.data(), n, ldx, gw, &gb, dout.data(), ldo);
+        matmul(*gpu_, dx.data(), n, ldx, gw, &gb, dout.data(), ldo);
         EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n << " k " << k << " " << name(rows);
       }
     }
@@ -36,30 +36,30 @@ TEST_F(CudaOpsTest, MatmulDecodeAndPromptRowsWithBias) {
   as_rows(Rows::kPrompt, 0);
 }
 
-// Batch invariance (Backend::set_decode_rows, set_batch_invariant): a decode row's product
+// Batch invariance (StepContext::decode_rows, BackendOptions::batch_invariant): a decode row's product
 // and a prompt row's are the same bits alone, in a batch of any size, and beside rows of
 // the other kind.
 // Both activation rules; k = 4096, 512, 2056, and 70 (not a multiple of 8: rows only
 // 2-byte aligned, a plan of its own). Each row alone is also checked against the CPU.
 TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
-  gpu_->set_batch_invariant(true);
+  use_invariant(true);
   struct Shape {
     int64_t m, k;
   };
   for (bool exact : {false, true}) {
-    gpu_->keep_activations_exact(exact);
+    ctx_.exact_activations = exact;
     for (Shape s : {Shape{300, 4096}, Shape{100, 512}, Shape{64, 2056}, Shape{40, 70}}) {
       const int64_t n = 70;
       Bf16Weight w({s.m, s.k}, rng_);
       Tensor gw = gpu_->resident(w.tensor);
       auto x = random_vec(static_cast<size_t>(n * s.k), rng_, 3.0f);
       std::vector<float> ref(static_cast<size_t>(n * s.m));
-      cpu_->matmul(x.data(), n, s.k, w.tensor, nullptr, ref.data(), s.m);
+      matmul(*cpu_, x.data(), n, s.k, w.tensor, nullptr, ref.data(), s.m);
       auto dx = up(x);
       const auto run = [&](int64_t first, int64_t rows, int64_t decode_rows) {
         auto out = poisoned(static_cast<size_t>(rows * s.m));
-        gpu_->set_decode_rows(decode_rows);
-        gpu_->matmul(dx.data() + first * s.k, rows, s.k, gw, nullptr, out.data(), s.m);
+        ctx_.decode_rows = (decode_rows);
+        matmul(*gpu_, dx.data() + first * s.k, rows, s.k, gw, nullptr, out.data(), s.m);
         return down(out);
       };
       std::vector<std::vector<float>> decode_alone, prompt_alone;
@@ -85,13 +85,13 @@ TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
       }
     }
   }
-  gpu_->keep_activations_exact(false);
+  ctx_.exact_activations = false;
   as_rows(Rows::kPrompt, 0);
 }
 
 // The same for the packed (q/k/v) and gated (gate/up) invariant decode launches.
 TEST_F(CudaOpsTest, PackedAndGatedDecodeRowsAreTheSameBitsInAnyBatch) {
-  gpu_->set_batch_invariant(true);
+  use_invariant(true);
   const int64_t k = 2048, n = 40, inter = 200, width = 2 * inter, ldo = 48 + 16 + 16;
   Bf16Weight q({48, k}, rng_), kk({16, k}, rng_), v({16, k}, rng_), g({inter, k}, rng_), u({inter, k}, rng_);
   Tensor gq = gpu_->resident(q.tensor), gk = gpu_->resident(kk.tensor), gv = gpu_->resident(v.tensor);
@@ -102,14 +102,14 @@ TEST_F(CudaOpsTest, PackedAndGatedDecodeRowsAreTheSameBitsInAnyBatch) {
     auto out = poisoned(static_cast<size_t>(rows * ldo));
     const MatmulTarget targets[] = {
         {&gq, nullptr, out.data(), ldo}, {&gk, nullptr, out.data() + 48, ldo}, {&gv, nullptr, out.data() + 64, ldo}};
-    gpu_->set_decode_rows(rows);
-    gpu_->matmul_many(dx.data() + first * k, rows, k, targets, 3);
+    ctx_.decode_rows = (rows);
+    matmul_many(*gpu_, dx.data() + first * k, rows, k, targets, 3);
     return down(out);
   };
   const auto gated = [&](int64_t first, int64_t rows) {
     auto out = poisoned(static_cast<size_t>(rows * width));
-    gpu_->set_decode_rows(rows);
-    gpu_->matmul_gated(dx.data() + first * k, rows, k, {&gg, nullptr, out.data(), width},
+    ctx_.decode_rows = (rows);
+    matmul_gated(*gpu_, dx.data() + first * k, rows, k, {&gg, nullptr, out.data(), width},
                        {&gu, nullptr, out.data() + inter, width}, Activation::kSilu, out.data(), width);
     return down(out);
   };
@@ -138,14 +138,14 @@ TEST_F(CudaOpsTest, MatmulManyPacksTargets) {
       const MatmulTarget cpu_targets[] = {{&q.tensor, nullptr, ref.data(), ldo},
                                           {&kk.tensor, nullptr, ref.data() + 48, ldo},
                                           {&v.tensor, nullptr, ref.data() + 64, ldo}};
-      cpu_->matmul_many(x.data(), n, k, cpu_targets, 3);
+      matmul_many(*cpu_, x.data(), n, k, cpu_targets, 3);
       auto dx = up(x);
       auto dout = poisoned(ref.size());
       Tensor gq = gpu_->resident(q.tensor), gk = gpu_->resident(kk.tensor), gv = gpu_->resident(v.tensor);
       const MatmulTarget gpu_targets[] = {{&gq, nullptr, dout.data(), ldo},
                                           {&gk, nullptr, dout.data() + 48, ldo},
                                           {&gv, nullptr, dout.data() + 64, ldo}};
-      gpu_->matmul_many(dx.data(), n, k, gpu_targets, 3);
+      matmul_many(*gpu_, dx.data(), n, k, gpu_targets, 3);
       EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n << " " << name(rows);
     }
   }
@@ -161,7 +161,7 @@ TEST_F(CudaOpsTest, MatmulGatedBothActivations) {
         Bf16Weight g({inter, k}, rng_), u({inter, k}, rng_);
         auto x = random_vec(static_cast<size_t>(n * k), rng_, 0.2f);
         std::vector<float> scratch(static_cast<size_t>(n * width), NAN);
-        cpu_->matmul_gated(x.data(), n, k, {&g.tensor, nullptr, scratch.data(), width},
+        matmul_gated(*cpu_, x.data(), n, k, {&g.tensor, nullptr, scratch.data(), width},
                            {&u.tensor, nullptr, scratch.data() + inter, width}, act, scratch.data(), width);
         std::vector<float> ref;
         for (int64_t t = 0; t < n; ++t)
@@ -169,7 +169,7 @@ TEST_F(CudaOpsTest, MatmulGatedBothActivations) {
         auto dx = up(x);
         auto dmlp = poisoned(static_cast<size_t>(n * width));
         Tensor gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
-        gpu_->matmul_gated(dx.data(), n, k, {&gg, nullptr, dmlp.data(), width},
+        matmul_gated(*gpu_, dx.data(), n, k, {&gg, nullptr, dmlp.data(), width},
                            {&gu, nullptr, dmlp.data() + inter, width}, act, dmlp.data(), width);
         auto all = down(dmlp);
         std::vector<float> out;
@@ -185,7 +185,7 @@ TEST_F(CudaOpsTest, MatmulGatedBothActivations) {
 // bf16 hi + lo), on decode rows and prompt rows.
 TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
   for (bool exact : {false, true}) {
-    gpu_->keep_activations_exact(exact);
+    ctx_.exact_activations = exact;
     for (int64_t n : {1, 3, 80}) {
       for (Rows rows : kAllRows) {
         as_rows(rows, n);
@@ -196,13 +196,13 @@ TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
           const InputNorm cpu_norm{&nw.tensor, 1e-5f, add_one};
           std::vector<float> ref(static_cast<size_t>(n * m), NAN), mlp(static_cast<size_t>(n * width), NAN);
           const MatmulTarget cpu_target{&w.tensor, nullptr, ref.data(), m};
-          cpu_->norm_matmul_many(x.data(), n, cpu_norm, &cpu_target, 1);
-          cpu_->norm_matmul_gated(x.data(), n, cpu_norm, {&g.tensor, nullptr, mlp.data(), width},
+          norm_matmul_many(*cpu_, x.data(), n, cpu_norm, &cpu_target, 1);
+          norm_matmul_gated(*cpu_, x.data(), n, cpu_norm, {&g.tensor, nullptr, mlp.data(), width},
                                   {&u.tensor, nullptr, mlp.data() + inter, width}, Activation::kSilu, mlp.data(),
                                   width);
           auto residual = random_vec(static_cast<size_t>(n * k), rng_);
           auto cpu_residual = residual;
-          cpu_->matmul_add(mlp.data(), n, width, dn.tensor, nullptr, cpu_residual.data(), k);
+          matmul_add(*cpu_, mlp.data(), n, width, dn.tensor, nullptr, cpu_residual.data(), k);
 
           Tensor gw = gpu_->resident(w.tensor), gg = gpu_->resident(g.tensor), gu = gpu_->resident(u.tensor);
           Tensor gn = gpu_->resident(nw.tensor), gd = gpu_->resident(dn.tensor);
@@ -211,11 +211,11 @@ TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
           auto dout = poisoned(ref.size());
           auto dmlp = poisoned(mlp.size());
           const MatmulTarget gpu_target{&gw, nullptr, dout.data(), m};
-          gpu_->norm_matmul_many(dx.data(), n, gpu_norm, &gpu_target, 1);
-          gpu_->norm_matmul_gated(dx.data(), n, gpu_norm, {&gg, nullptr, dmlp.data(), width},
+          norm_matmul_many(*gpu_, dx.data(), n, gpu_norm, &gpu_target, 1);
+          norm_matmul_gated(*gpu_, dx.data(), n, gpu_norm, {&gg, nullptr, dmlp.data(), width},
                                   {&gu, nullptr, dmlp.data() + inter, width}, Activation::kSilu, dmlp.data(), width);
           auto dres = up(residual);
-          gpu_->matmul_add(dmlp.data(), n, width, gd, nullptr, dres.data(), k);
+          matmul_add(*gpu_, dmlp.data(), n, width, gd, nullptr, dres.data(), k);
           const double tol = exact ? 1e-4 : 1e-2;
           EXPECT_LE(rel_err(down(dout), ref), tol) << "n " << n << " add_one " << add_one << " exact " << exact;
           auto gpu_mlp = down(dmlp);
@@ -231,7 +231,7 @@ TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
       }
     }
   }
-  gpu_->keep_activations_exact(false);
+  ctx_.exact_activations = false;
   as_rows(Rows::kPrompt, 0);
 }
 

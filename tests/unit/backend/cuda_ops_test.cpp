@@ -9,7 +9,7 @@
 namespace kettle::cuda_test {
 namespace {
 
-TEST_F(CudaOpsTest, RmsNormAndFusedResidual) {
+TEST_F(CudaOpsTest, RmsNorm) {
   for (bool add_one : {false, true}) {
     const int64_t rows = 3, dim = 2048;
     auto x = random_vec(static_cast<size_t>(rows * dim), rng_);
@@ -22,18 +22,10 @@ TEST_F(CudaOpsTest, RmsNormAndFusedResidual) {
     auto dout = poisoned(x.size());
     gpu_->rms_norm(dx.data(), rows, dim, dim, gw, 1e-6f, add_one, dout.data(), dim);
     EXPECT_LE(rel_err(down(dout), ref), 1e-5);
-
-    auto cx = x;
-    cpu_->add_rms_norm(cx.data(), y.data(), rows, dim, w.tensor, 1e-6f, add_one, ref.data());
-    auto dy = up(y);
-    dout = poisoned(x.size());
-    gpu_->add_rms_norm(dx.data(), dy.data(), rows, dim, gw, 1e-6f, add_one, dout.data());
-    EXPECT_LE(rel_err(down(dout), ref), 1e-5);
-    EXPECT_LE(rel_err(down(dx), cx), 1e-6) << "the residual stream itself";
   }
 }
 
-TEST_F(CudaOpsTest, EmbedSoftcapAddActivation) {
+TEST_F(CudaOpsTest, EmbedSoftcapAdd) {
   const int64_t vocab = 50, dim = 96;
   Bf16Weight table({vocab, dim}, rng_);
   std::vector<int32_t> ids = {3, 49, 0, 3};
@@ -52,16 +44,6 @@ TEST_F(CudaOpsTest, EmbedSoftcapAddActivation) {
   cpu_->add(x.data(), y.data(), 1000);
   gpu_->add(dx.data(), dy.data(), 1000);
   EXPECT_LE(rel_err(down(dx), x), 1e-6);
-
-  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGelu}) {
-    auto g = random_vec(4 * 80, rng_);
-    std::vector<float> cref(4 * 37, NAN);
-    cpu_->gated_activation(g.data(), g.data() + 40, 4, 37, 80, act, cref.data(), 37);
-    auto dg = up(g);
-    auto dres = poisoned(cref.size());
-    gpu_->gated_activation(dg.data(), dg.data() + 40, 4, 37, 80, act, dres.data(), 37);
-    EXPECT_LE(rel_err(down(dres), cref), 1e-5);
-  }
 }
 
 // A paged KV pool: each sequence's blocks drawn from a shuffled pool (with spare blocks
@@ -507,7 +489,7 @@ TEST_F(CudaOpsTest, RecordedStepReadsPerStepValuesFromDeviceMemory) {
   auto out = poisoned(static_cast<size_t>(dim));
   for (int32_t token : {3, 3, 3, 7, 11}) {  // eager, record, replay, replay, replay
     gpu_->to_device(id.data(), &token, sizeof token);
-    gpu_->run_step(42, [&] { gpu_->embed(id.data(), 1, gt, 1.0f, out.data()); });
+    gpu_->run_step(StepContext{}, 42, [&] { gpu_->embed(id.data(), 1, gt, 1.0f, out.data()); });
     std::vector<float> ref(static_cast<size_t>(dim));
     cpu_->embed(&token, 1, table.tensor, 1.0f, ref.data());
     EXPECT_EQ(down(out), ref) << "token " << token;

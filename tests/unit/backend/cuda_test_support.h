@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/backend_array.h"
@@ -82,12 +83,72 @@ inline std::vector<float> kv_rounded(const Backend& backend, std::vector<float> 
   return x;
 }
 
+// One output of a projection as the tests write them: a weight, its bias, where it goes.
+struct MatmulTarget {
+  const Tensor* w;
+  const Tensor* bias;  // or nullptr
+  float* out;
+  int64_t ldo;
+};
+
 class CudaOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (or kettle built without CUDA)";
-    gpu_ = make_backend("cuda", 1);
+    BackendOptions fast;
+    fast.device = "cuda";
+    fast.batch_invariant = false;
+    gpu_fast_ = make_backend(fast);
+    gpu_invariant_ = make_backend("cuda", 1);
+    gpu_ = gpu_invariant_.get();
     cpu_ = make_cpu_backend(2);
+  }
+
+  // Which GPU backend the next buffers and ops use: batch-invariant decode rows or the
+  // fastest ones (a construction-time choice; each buffer stays with its backend).
+  void use_invariant(bool on) { gpu_ = on ? gpu_invariant_.get() : gpu_fast_.get(); }
+
+  // The projections through Backend::project / project_gated under the test's step
+  // context (ctx_: decode rows, exact activations).
+  void project(Backend& b, const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* t,
+               int count, bool accumulate) {
+    std::vector<Linear> linears;
+    for (int i = 0; i < count; ++i) linears.push_back({*t[i].w, t[i].bias ? *t[i].bias : Tensor{}});
+    std::vector<Projection> outs;
+    for (int i = 0; i < count; ++i) outs.push_back({&linears[static_cast<size_t>(i)], t[i].out, t[i].ldo});
+    b.run_step(ctx_, 0, [&] { b.project(x, n, ldx, norm, outs.data(), count, accumulate); });
+  }
+  void matmul(Backend& b, const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+              int64_t ldo) {
+    const MatmulTarget t{&w, bias, out, ldo};
+    project(b, x, n, ldx, nullptr, &t, 1, false);
+  }
+  void matmul_add(Backend& b, const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, float* out,
+                  int64_t ldo) {
+    const MatmulTarget t{&w, bias, out, ldo};
+    project(b, x, n, ldx, nullptr, &t, 1, true);
+  }
+  void matmul_many(Backend& b, const float* x, int64_t n, int64_t ldx, const MatmulTarget* t, int count) {
+    project(b, x, n, ldx, nullptr, t, count, false);
+  }
+  void norm_matmul_many(Backend& b, const float* x, int64_t n, const InputNorm& norm, const MatmulTarget* t,
+                        int count) {
+    project(b, x, n, t[0].w->dim(1), &norm, t, count, false);
+  }
+  void gated(Backend& b, const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget& gate,
+             const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
+    const Linear g{*gate.w, gate.bias ? *gate.bias : Tensor{}}, u{*up.w, up.bias ? *up.bias : Tensor{}};
+    b.run_step(ctx_, 0, [&] {
+      b.project_gated(x, n, ldx, norm, {&g, gate.out, gate.ldo}, {&u, up.out, up.ldo}, act, out, ldo);
+    });
+  }
+  void matmul_gated(Backend& b, const float* x, int64_t n, int64_t ldx, const MatmulTarget& gate,
+                    const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
+    gated(b, x, n, ldx, nullptr, gate, up, act, out, ldo);
+  }
+  void norm_matmul_gated(Backend& b, const float* x, int64_t n, const InputNorm& norm, const MatmulTarget& gate,
+                         const MatmulTarget& up, Activation act, float* out, int64_t ldo) {
+    gated(b, x, n, gate.w->dim(1), &norm, gate, up, act, out, ldo);
   }
 
   // A device copy of host data.
@@ -109,15 +170,17 @@ class CudaOpsTest : public ::testing::Test {
   enum class Rows { kPrompt, kDecode, kInvariantDecode };
   static constexpr Rows kAllRows[] = {Rows::kPrompt, Rows::kDecode, Rows::kInvariantDecode};
   void as_rows(Rows rows, int64_t n) {
-    gpu_->set_batch_invariant(rows == Rows::kInvariantDecode);
-    gpu_->set_decode_rows(rows == Rows::kPrompt ? 0 : n);
+    use_invariant(rows == Rows::kInvariantDecode);
+    ctx_.decode_rows = rows == Rows::kPrompt ? 0 : n;
   }
   static std::string name(Rows rows) {
     return rows == Rows::kPrompt ? "prompt rows" : rows == Rows::kDecode ? "decode rows" : "invariant decode rows";
   }
 
   std::mt19937_64 rng_{std::random_device{}()};
-  std::unique_ptr<Backend> gpu_, cpu_;
+  std::unique_ptr<Backend> gpu_fast_, gpu_invariant_, cpu_;
+  Backend* gpu_ = nullptr;  // one of the two
+  StepContext ctx_;
 };
 
 // Rows whose floats differ in any bit from `expected`'s (NaN included).

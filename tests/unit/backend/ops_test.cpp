@@ -69,27 +69,41 @@ TEST_P(OpsTest, RmsNorm) {
   }
 }
 
-TEST_P(OpsTest, RopePartialRotation) {
-  const int64_t n = 3, heads = 2, hd = 16, rot = 8, ld = heads * hd + 4;
-  auto x = random_vec(static_cast<size_t>(n * ld), 3);
-  auto orig = x;
+// RoPE as qkv_rope_store applies it: q heads and the k head rotated in their first
+// `rot` dims (HF rotate_half, scaled by the attention factor), v copied, k and v landing
+// in the cache row of their position.
+TEST_P(OpsTest, QkvRopeStoreRotatesPartiallyIntoTheCache) {
+  const int64_t n = 3, heads = 2, hd = 16, rot = 8, width = (heads + 2) * hd, ld = width + 4;
+  const auto x = random_vec(static_cast<size_t>(n * ld), 3);
   std::vector<float> inv = {1.0f, 0.3f, 0.01f, 0.002f};
   std::vector<int32_t> pos = {0, 7, 1000};
-  backend_->rope(x.data(), n, ld, heads, hd, pos.data(), RopeParams{inv.data(), rot, 1.5f});
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < hd; ++i) {
-        size_t at = static_cast<size_t>(t * ld + h * hd + i);
-        double expected = orig[at];
-        if (i < rot) {
-          int64_t j = i % (rot / 2);
-          double angle = static_cast<double>(pos[static_cast<size_t>(t)]) * inv[static_cast<size_t>(j)];
-          double c = std::cos(angle) * 1.5, s = std::sin(angle) * 1.5;
-          double a = orig[static_cast<size_t>(t * ld + h * hd + j)], b = orig[static_cast<size_t>(t * ld + h * hd + j + rot / 2)];
-          expected = i < rot / 2 ? a * c - b * s : b * c + a * s;
-        }
-        EXPECT_NEAR(x[at], expected, 1e-3 * (1 + std::abs(expected))) << t << "," << h << "," << i;
+  std::vector<float> q(static_cast<size_t>(n * heads * hd), NAN), k(static_cast<size_t>(1024 * hd), NAN), v = k;
+  const std::vector<int32_t> table = {0};
+  const KvPages pages{k.data(), v.data(), hd, 1024, table.data(), 0};
+  backend_->qkv_rope_store(x.data(), n, ld, QkvLayout{static_cast<int>(heads), 1, static_cast<int>(hd)}, pos.data(),
+                           RopeParams{inv.data(), rot, 1.5f}, q.data(), pages);
+  auto rotated = [&](int64_t t, int64_t head, int64_t i) {  // head 0..heads-1: q; heads: k
+    const double a0 = x[static_cast<size_t>(t * ld + head * hd + i)];
+    if (i >= rot) return a0;
+    const int64_t j = i % (rot / 2);
+    const double angle = static_cast<double>(pos[static_cast<size_t>(t)]) * inv[static_cast<size_t>(j)];
+    const double c = std::cos(angle) * 1.5, sn = std::sin(angle) * 1.5;
+    const double a = x[static_cast<size_t>(t * ld + head * hd + j)], b = x[static_cast<size_t>(t * ld + head * hd + j + rot / 2)];
+    return i < rot / 2 ? a * c - b * sn : b * c + a * sn;
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t row = pos[static_cast<size_t>(t)];
+    for (int64_t i = 0; i < hd; ++i) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const double expected = rotated(t, h, i);
+        EXPECT_NEAR(q[static_cast<size_t>(t * heads * hd + h * hd + i)], expected, 1e-3 * (1 + std::abs(expected)))
+            << t << "," << h << "," << i;
       }
+      const double expected_k = rotated(t, heads, i);
+      EXPECT_NEAR(k[static_cast<size_t>(row * hd + i)], expected_k, 1e-3 * (1 + std::abs(expected_k))) << t << ",k," << i;
+      EXPECT_EQ(v[static_cast<size_t>(row * hd + i)], x[static_cast<size_t>(t * ld + (heads + 1) * hd + i)]) << t << ",v," << i;
+    }
+  }
 }
 
 void reference_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
@@ -198,24 +212,43 @@ TEST_P(OpsTest, AttentionOneQueryPerSequence) {
   }
 }
 
-TEST_P(OpsTest, GatedActivations) {
-  const int64_t n = 4, width = 37, ld = 80;
-  auto g = random_vec(static_cast<size_t>(n * ld), 7, 3.0f);
-  auto u = random_vec(static_cast<size_t>(n * ld), 8);
-  for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGelu}) {
-    std::vector<float> out(static_cast<size_t>(n * width), NAN);
-    backend_->gated_activation(g.data(), u.data(), n, width, ld, act, out.data(), width);
-    std::vector<double> ref(out.size());
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t i = 0; i < width; ++i) {
-        double x = g[static_cast<size_t>(t * ld + i)], a = 0;
-        if (act == Activation::kSilu) a = x / (1 + std::exp(-x));
-        if (act == Activation::kGeluTanh) a = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-        if (act == Activation::kGelu) a = 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-        ref[static_cast<size_t>(t * width + i)] = a * u[static_cast<size_t>(t * ld + i)];
-      }
-    EXPECT_LE(rel_err(out, ref), 1e-6) << static_cast<int>(act);
-  }
+// project_gated: act(x·gateᵀ + b) * (x·upᵀ) against double products, every activation,
+// with and without the input norm.
+TEST_P(OpsTest, GatedProjections) {
+  const int64_t n = 4, k = 24, width = 37;
+  const auto x = random_vec(static_cast<size_t>(n * k), 9, 1.5f);
+  Bf16Weight gw({width, k}, 7), uw({width, k}, 8), gb({width}, 10), nw({k}, 11);
+  const Linear gate{gw.tensor, gb.tensor}, up{uw.tensor, {}};
+  for (const bool normed : {false, true})
+    for (Activation act : {Activation::kSilu, Activation::kGeluTanh, Activation::kGelu}) {
+      std::vector<double> xs(x.begin(), x.end());
+      if (normed)
+        for (int64_t t = 0; t < n; ++t) {
+          double ss = 0;
+          for (int64_t i = 0; i < k; ++i) ss += xs[static_cast<size_t>(t * k + i)] * xs[static_cast<size_t>(t * k + i)];
+          const double inv = 1.0 / std::sqrt(ss / k + 1e-6);
+          for (int64_t i = 0; i < k; ++i) xs[static_cast<size_t>(t * k + i)] *= inv * nw.values[static_cast<size_t>(i)];
+        }
+      std::vector<float> g(static_cast<size_t>(n * width), NAN), u = g, out = g;
+      const InputNorm norm{&nw.tensor, 1e-6f, false};
+      backend_->project_gated(x.data(), n, k, normed ? &norm : nullptr, {&gate, g.data(), width}, {&up, u.data(), width},
+                              act, out.data(), width);
+      std::vector<double> ref(out.size());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < width; ++i) {
+          double a = gb.values[static_cast<size_t>(i)], b = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            a += xs[static_cast<size_t>(t * k + j)] * gw.values[static_cast<size_t>(i * k + j)];
+            b += xs[static_cast<size_t>(t * k + j)] * uw.values[static_cast<size_t>(i * k + j)];
+          }
+          double act_a = 0;
+          if (act == Activation::kSilu) act_a = a / (1 + std::exp(-a));
+          if (act == Activation::kGeluTanh) act_a = 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+          if (act == Activation::kGelu) act_a = 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+          ref[static_cast<size_t>(t * width + i)] = act_a * b;
+        }
+      EXPECT_LE(rel_err(out, ref), 1e-5) << static_cast<int>(act) << (normed ? " normed" : "");
+    }
 }
 
 TEST_P(OpsTest, EmbedScalesRows) {

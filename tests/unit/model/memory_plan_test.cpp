@@ -37,12 +37,12 @@ size_t held_bytes(const ModelWeights& w) {
     if (!t.empty() && seen.insert({t.data, t.numel()}).second) total += t.nbytes();
   };
   count(w.embed);
-  count(w.lm_head);
+  count(w.lm_head.weight);
   count(w.final_norm);
-  for (const LayerWeights& l : w.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.q, &l.k, &l.v, &l.qkv, &l.o, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm,
-                            &l.gate, &l.up, &l.gate_up, &l.down})
-      count(*t);
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm}) count(*t);
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count(p->weight);
+  }
   return total;
 }
 
