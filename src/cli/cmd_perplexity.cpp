@@ -64,9 +64,8 @@ int run_perplexity(const PerplexityFlags& flags) {
   options.batch = 1;
   options.prefill_chunk = f.context;
   EngineCore core(model, &tokenizer, backend_pointers(backends), options);
-  ModelRunner* runner = &core.runner();
   std::optional<ProgressBar> progress_bar;
-  PerplexityResult r = perplexity(*runner, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
+  PerplexityResult r = perplexity(core, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
     if (f.json) return;
     if (!progress_bar) progress_bar.emplace("perplexity", total);
     progress_bar->update(done, fmt::format("ppl {:.3f}", ppl));

@@ -7,6 +7,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/rope_config.h"
 #include "util/error.h"
@@ -125,7 +126,7 @@ void EngineCore::run_until_idle() {
 bool EngineCore::draws_on_device(const StepPlan& plan) const {
   if (backends_[0]->host_memory()) return false;
   for (const PlannedEntry& e : plan.entries)
-    if (e.kind == StepKind::kVerify || (e.draws && !e.seq->sampler().on_device())) return false;
+    if (e.kind == StepKind::kVerify || e.logits_rows > 1 || (e.draws && !e.seq->sampler().on_device())) return false;
   return true;
 }
 
@@ -148,6 +149,7 @@ void EngineCore::run(const StepPlan& plan) {
     scheduler_.completed(plan);
     for (size_t i = 0; i < plan.entries.size(); ++i) {
       const PlannedEntry& e = plan.entries[i];
+      if (e.ends) e.seq->finish("length");
       if (!e.draws) continue;
       e.seq->sampler().accept(ids_[i]);
       e.seq->accept(SampledToken{ids_[i], 0.0f, {}}, model_.generation.eos_token_ids);
@@ -159,12 +161,34 @@ void EngineCore::run(const StepPlan& plan) {
   scheduler_.completed(plan);
   const float* row = logits_.data();
   for (const PlannedEntry& e : plan.entries) {
+    const float* last = row + (e.logits_rows - 1) * vocab_;
     if (e.kind == StepKind::kVerify)
       verify(e, row);
-    else if (e.draws)
-      e.seq->accept(e.seq->sampler().sample(row, vocab_), model_.generation.eos_token_ids);
+    else if (e.seq->request().prompt_logprobs)
+      score_prompt(e, row);
+    if (e.kind != StepKind::kVerify && e.draws)
+      e.seq->accept(e.seq->sampler().sample(last, vocab_), model_.generation.eos_token_ids);
+    if (e.ends) e.seq->finish("length");
     row += e.logits_rows * vocab_;
   }
+}
+
+// A prompt chunk's rows score the prompt tokens after them: log-softmax in double of the
+// raw logits (no sampling adjustments), as Hugging Face's perplexity recipe computes it.
+void EngineCore::score_prompt(const PlannedEntry& entry, const float* logits) {
+  Sequence& seq = *entry.seq;
+  const auto n = static_cast<int64_t>(entry.tokens.size());
+  const int64_t first = seq.fed() - n;  // the chunk's first position (fed already counts it)
+  std::vector<double> scores;
+  for (int64_t r = 0; r < n && first + r + 1 < seq.prompt_size(); ++r) {
+    const float* row = logits + r * vocab_;
+    const int32_t target = seq.request().prompt[static_cast<size_t>(first + r + 1)];
+    const float max_logit = *std::max_element(row, row + vocab_);
+    double sum = 0.0;
+    for (int64_t v = 0; v < vocab_; ++v) sum += std::exp(static_cast<double>(row[v]) - max_logit);
+    scores.push_back((static_cast<double>(row[target]) - max_logit) - std::log(sum));
+  }
+  if (!scores.empty()) seq.emit_prompt_logprobs(first, std::move(scores));
 }
 
 // Row i of a verify entry's logits follows its i-th token: drawn in order, each agreeing

@@ -76,6 +76,7 @@ class EngineCore {
   void draw(const StepPlan& plan);
   bool draws_on_device(const StepPlan& plan) const;
   void verify(const PlannedEntry& entry, const float* logits);
+  void score_prompt(const PlannedEntry& entry, const float* logits);
   void end(std::vector<std::unique_ptr<Sequence>> ended);
   void report_load();
 

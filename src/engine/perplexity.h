@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "model/model_runner.h"
+#include "engine/engine_core.h"
 
 namespace kettle {
 
@@ -19,8 +19,10 @@ struct PerplexityResult {
   double seconds = 0.0;
 };
 
-// progress(windows_done, windows_total, perplexity_so_far), called after each window.
-PerplexityResult perplexity(ModelRunner& runner, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
+// Each window runs through `core` as a prompt that is only scored (max_tokens 0,
+// prompt_logprobs). progress(windows_done, windows_total, perplexity_so_far), called after
+// each window.
+PerplexityResult perplexity(EngineCore& core, const std::vector<int32_t>& ids, int64_t context, int64_t stride,
                             const std::function<void(int64_t, int64_t, double)>& progress = {});
 
 }  // namespace kettle

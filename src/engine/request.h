@@ -18,7 +18,11 @@ namespace kettle {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
-  int64_t max_tokens = 128;
+  int64_t max_tokens = 128;  // 0: the prompt is only run (scored), nothing is drawn
+  // Each prompt position's log-probability of the prompt token after it comes back
+  // (GenerationOutput::prompt_logprobs, log-softmax in double of the raw logits): what
+  // perplexity scores. Every position is computed, so no cached prefix is adopted.
+  bool prompt_logprobs = false;
   // Warpers, penalties, logit_bias and logprobs (sampler.h); checked before any work.
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (needs a tokenizer); the model's end-of-sequence ids always stop
@@ -39,6 +43,10 @@ struct GenerationOutput {
   std::string text;                  // the text now safe to show (may be empty: a stop string may be forming)
   std::vector<int32_t> ids;          // the tokens sampled since the last output
   std::vector<TokenReport> logprobs;  // those tokens with their log-probabilities, when the request asked
+  // GenerationRequest::prompt_logprobs: log p(prompt[first_position + i + 1] | prompt up to
+  // first_position + i) for the positions this step ran.
+  std::vector<double> prompt_logprobs;
+  int64_t first_position = 0;
 };
 
 struct GenerationEnd {

@@ -43,7 +43,7 @@ void Scheduler::start(Sequence& seq) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - seq.request().submitted).count();
   seq.started();
   seq.kv.emplace(pool_);
-  if (cache_ == nullptr) return;
+  if (cache_ == nullptr || seq.request().prompt_logprobs) return;  // every position is to be run
   PrefixCache::Match hit = cache_->match(seq.tokens(), seq.request().cache_scope);
   if (hit.tokens == 0) return;
   seq.kv->adopt(hit.blocks, hit.tokens);
@@ -90,7 +90,9 @@ StepPlan Scheduler::plan() {
     if (n == 0) break;  // the rest wait for the next step's budget
     budget -= n;
     const auto first = seq->tokens().begin() + seq->fed();
-    plan.entries.push_back({seq.get(), StepKind::kPrompt, {first, first + n}, 1, n == seq->pending()});
+    const bool last = n == seq->pending();
+    plan.entries.push_back({seq.get(), StepKind::kPrompt, {first, first + n}, seq->request().prompt_logprobs ? n : 1,
+                            last && seq->request().max_tokens > 0, last && seq->request().max_tokens == 0});
   }
   return plan;
 }

@@ -27,8 +27,9 @@ struct PlannedEntry {
   Sequence* seq = nullptr;
   StepKind kind = StepKind::kPrompt;
   std::vector<int32_t> tokens;  // what this step feeds (a verify entry: the last token, then the drafts)
-  int64_t logits_rows = 1;      // the last rows whose logits come back (verify: all of them)
+  int64_t logits_rows = 1;      // the last rows whose logits come back (verify, prompt_logprobs: all of them)
   bool draws = false;           // its last row's logits draw the sequence's next token
+  bool ends = false;            // the last of a prompt that is only scored (max_tokens 0): it ends here
 };
 
 struct StepPlan {

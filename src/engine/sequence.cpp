@@ -54,6 +54,7 @@ Sequence::Sequence(GenerationRequest request, std::shared_ptr<GenerationSink> si
       sampler_(request_.sampling),
       matcher_(request_.stop) {
   if (request_.prompt.empty()) fail(ErrorCategory::kInvalidArgument, "the prompt is empty: give at least one token");
+  if (request_.max_tokens < 0) fail(ErrorCategory::kInvalidArgument, "max_tokens is {}: give 0 or more", request_.max_tokens);
   for (size_t i = 0; i < request_.prompt.size(); ++i)
     if (request_.prompt[i] < 0 || request_.prompt[i] >= vocab)
       fail(ErrorCategory::kInvalidArgument, "prompt token {} (position {}) is outside the model's vocabulary [0, {})",
@@ -67,7 +68,14 @@ Sequence::Sequence(GenerationRequest request, std::shared_ptr<GenerationSink> si
 
 void Sequence::emit(std::string text, std::vector<int32_t> ids, std::vector<TokenReport> logprobs) {
   if (text.empty() && ids.empty() && logprobs.empty()) return;
-  sink_->on_output({std::move(text), std::move(ids), std::move(logprobs)});
+  sink_->on_output({std::move(text), std::move(ids), std::move(logprobs), {}, 0});
+}
+
+void Sequence::emit_prompt_logprobs(int64_t first, std::vector<double> logprobs) {
+  GenerationOutput out;
+  out.first_position = first;
+  out.prompt_logprobs = std::move(logprobs);
+  sink_->on_output(std::move(out));
 }
 
 void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_ids) {
@@ -129,6 +137,7 @@ nlohmann::json Sequence::save() const {
                    {"prompt", request_.prompt},
                    {"produced", std::vector<int32_t>(tokens_.begin() + prompt_size(), tokens_.end())},
                    {"max_tokens", request_.max_tokens},
+                   {"prompt_logprobs", request_.prompt_logprobs},
                    {"sampling", sampling_json(request_.sampling)},
                    {"stop", request_.stop},
                    {"ignore_eos", request_.ignore_eos},
@@ -153,6 +162,7 @@ std::unique_ptr<Sequence> Sequence::restore(const nlohmann::json& j, std::shared
     GenerationRequest request;
     request.prompt = j.at("prompt").get<std::vector<int32_t>>();
     request.max_tokens = j.at("max_tokens").get<int64_t>();
+    request.prompt_logprobs = j.value("prompt_logprobs", false);
     request.sampling = sampling_from(j.at("sampling"));
     request.stop = j.at("stop").get<std::vector<std::string>>();
     request.ignore_eos = j.at("ignore_eos").get<bool>();

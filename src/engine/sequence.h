@@ -57,6 +57,8 @@ class Sequence {
   // One drawn token: its text to the sink (held back while a stop string may be forming),
   // then whether the generation ends (an end-of-sequence id, a stop string, max_tokens).
   void accept(const SampledToken& sampled, const std::vector<int>& eos_ids);
+  // The prompt's scores for `positions` positions from `first` (GenerationRequest::prompt_logprobs).
+  void emit_prompt_logprobs(int64_t first, std::vector<double> logprobs);
   // Sampler bookkeeping for a token drawn on the device.
   Sampler& sampler() { return sampler_; }
 

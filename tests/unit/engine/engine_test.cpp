@@ -5,11 +5,13 @@
 // with the error's kind; a cancelled one ends within a step.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "backend/backend.h"
 #include "engine/engine_core.h"
 #include "model/model.h"
+#include "model/model_runner.h"
 
 namespace kettle {
 namespace {
@@ -120,6 +122,47 @@ TEST_F(EngineCoreTest, ARequestThatCanNeverRunEndsAtOnceWithItsKind) {
   core.submit(bad, sink);
   EXPECT_EQ(sink->end.error_category, ErrorCategory::kInvalidArgument);
   EXPECT_NE(sink->end.error.find("position 6"), std::string::npos) << sink->end.error;
+}
+
+// A prompt that is only scored (max_tokens 0, prompt_logprobs): every position's
+// log-probability of the next prompt token, across prefill chunks and although an
+// earlier request left the same prefix in the cache, equals a double log-softmax of the
+// logits of one whole-prompt forward; nothing is drawn.
+TEST_F(EngineCoreTest, AScoredPromptGivesEveryPositionsLogprobAndDrawsNothing) {
+  EngineOptions options;
+  options.prefill_chunk = 5;
+  options.prompt_cache_bytes = 1 << 20;
+  options.kv_block_size = 4;
+  EngineCore core(model_, nullptr, {backend_.get()}, options);
+  const std::vector<int32_t> prompt = {1, 17, 42, 99, 5, 23, 8, 64, 3, 11, 7, 50, 2};
+  GenerationRequest warm = request(2);
+  warm.prompt = prompt;
+  generate(core, warm);  // its blocks are cached now
+  GenerationRequest scored;
+  scored.prompt = prompt;
+  scored.max_tokens = 0;
+  scored.prompt_logprobs = true;
+  std::vector<double> got(prompt.size() - 1, NAN);
+  const GenerationResult result = generate(core, scored, [&](const GenerationOutput& out) {
+    for (size_t i = 0; i < out.prompt_logprobs.size(); ++i) got.at(static_cast<size_t>(out.first_position) + i) = out.prompt_logprobs[i];
+  });
+  ASSERT_TRUE(result.end.ok()) << result.end.error;
+  EXPECT_TRUE(result.tokens.empty());
+  EXPECT_EQ(result.end.completion_tokens, 0);
+  EXPECT_EQ(result.end.cached_tokens, 0) << "a scored prompt runs every position";
+
+  const int64_t vocab = model_.spec.vocab_size, n = static_cast<int64_t>(prompt.size());
+  std::vector<float> logits(static_cast<size_t>(n * vocab));
+  StandaloneRunner reference = make_standalone_runner(model_, {backend_.get()});
+  KvCache kv = reference->new_cache();
+  reference->forward(prompt.data(), n, kv, LogitsFor::kAllTokens, logits.data());
+  for (int64_t p = 0; p + 1 < n; ++p) {
+    const float* row = logits.data() + p * vocab;
+    double m = *std::max_element(row, row + vocab), z = 0;
+    for (int64_t v = 0; v < vocab; ++v) z += std::exp(row[v] - m);
+    EXPECT_NEAR(got[static_cast<size_t>(p)], row[prompt[static_cast<size_t>(p + 1)]] - m - std::log(z), 1e-9)
+        << "position " << p;
+  }
 }
 
 TEST_F(EngineCoreTest, ACancelledGenerationEndsWithinAStep) {
