@@ -23,6 +23,12 @@ run after backend_cuda_test >"$out/ops.log" 2>&1; grep -E "^\[  (PASSED|FAILED) 
 run after golden_cuda_test >"$out/golden.log" 2>&1; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/golden.log" | head -12
 LD_LIBRARY_PATH=/tmp/after/lib:/usr/local/cuda/lib64 bash bench/cuda_serve_check.sh /tmp/after/bin/kettle models/kettle-demo \
   >"$out/serve-check.log" 2>&1; grep -E "identical|tok/s|TTFT|ttft" "$out/serve-check.log" | head -6
+for side in before after; do  # the same text's perplexity through each side (after: the engine's scored prompts)
+  run "$side" kettle perplexity --model models/kettle-demo --file tests/data/heldout-sample.txt --context 512 \
+    --device cuda --json >"$out/perplexity-$side.json" 2>"$out/perplexity-$side.err" || tail -3 "$out/perplexity-$side.err"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('perplexity', sys.argv[2], j['perplexity'], j['scored_tokens'])" \
+    "$out/perplexity-$side.json" "$side" 2>/dev/null
+done
 for rep in $(seq 1 "${REPS:-1}"); do
   for p in "${presets[@]}"; do
     for side in before after; do
