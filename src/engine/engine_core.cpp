@@ -103,7 +103,8 @@ void EngineCore::report_load() {
 
 bool EngineCore::step() {
   if (!scheduler_.admit().empty()) report_load();
-  const StepPlan plan = scheduler_.plan();
+  StepPlan& plan = plan_;
+  scheduler_.plan(plan);
   if (!plan.empty()) {
     try {
       run(plan);

@@ -88,6 +88,7 @@ class EngineCore {
   std::unique_ptr<PrefixCache> prefix_cache_;  // null: off
   Scheduler scheduler_;
   int64_t vocab_;
+  StepPlan plan_;  // the step's, its storage reused
   std::vector<BatchEntry> entries_;
   HostBuffer<float> logits_;  // [rows, vocab]
   std::vector<SampleRow> sample_rows_;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ struct TokenReport {
 
 struct GenerationOutput {
   std::string text;                  // the text now safe to show (may be empty: a stop string may be forming)
-  std::vector<int32_t> ids;          // the tokens sampled since the last output
+  std::span<const int32_t> ids;      // the tokens sampled since the last output (valid during the call)
   std::vector<TokenReport> logprobs;  // those tokens with their log-probabilities, when the request asked
   // GenerationRequest::prompt_logprobs: log p(prompt[first_position + i + 1] | prompt up to
   // first_position + i) for the positions this step ran.

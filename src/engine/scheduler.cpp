@@ -57,7 +57,7 @@ void Scheduler::cancel_all(const std::string& reason) {
   cancel_reason_ = reason;
 }
 
-StepPlan Scheduler::plan() {
+void Scheduler::plan(StepPlan& plan) {
   const std::string reason = cancel_everything_ ? cancel_reason_ : "the client disconnected";
   auto cancelled = [&](const Sequence& s) { return cancel_everything_ || s.sink().cancelled(); };
   for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -74,14 +74,14 @@ StepPlan Scheduler::plan() {
   cancel_everything_ = false;
 
   // Decodes, then verifies (the runner takes one-token decodes first), then prompt chunks.
-  StepPlan plan;
+  plan.entries.clear();
   for (const bool drafted : {false, true})
     for (auto& seq : running_) {
       if (seq->finished() || !seq->decoding() || seq->pending() != 1 || seq->draft().empty() != !drafted) continue;
-      PlannedEntry e{seq.get(), drafted ? StepKind::kVerify : StepKind::kDecode, {seq->tokens().back()}, 1, true};
-      e.tokens.insert(e.tokens.end(), seq->draft().begin(), seq->draft().end());
-      e.logits_rows = static_cast<int64_t>(e.tokens.size());
-      plan.entries.push_back(std::move(e));
+      const std::span<const int32_t> fed =
+          drafted ? seq->verify_input() : std::span<const int32_t>(seq->tokens()).last(1);
+      plan.entries.push_back({seq.get(), drafted ? StepKind::kVerify : StepKind::kDecode, fed,
+                              static_cast<int64_t>(fed.size()), true});
     }
   int64_t budget = options_.prefill_chunk;
   for (auto& seq : running_) {
@@ -89,12 +89,13 @@ StepPlan Scheduler::plan() {
     const int64_t n = std::min(seq->pending(), budget);
     if (n == 0) break;  // the rest wait for the next step's budget
     budget -= n;
-    const auto first = seq->tokens().begin() + seq->fed();
     const bool last = n == seq->pending();
-    plan.entries.push_back({seq.get(), StepKind::kPrompt, {first, first + n}, seq->request().prompt_logprobs ? n : 1,
-                            last && seq->request().max_tokens > 0, last && seq->request().max_tokens == 0});
+    plan.entries.push_back({seq.get(), StepKind::kPrompt,
+                            std::span<const int32_t>(seq->tokens()).subspan(static_cast<size_t>(seq->fed()),
+                                                                            static_cast<size_t>(n)),
+                            seq->request().prompt_logprobs ? n : 1, last && seq->request().max_tokens > 0,
+                            last && seq->request().max_tokens == 0});
   }
-  return plan;
 }
 
 void Scheduler::completed(const StepPlan& plan) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -26,7 +27,9 @@ enum class StepKind { kPrompt, kDecode, kVerify };
 struct PlannedEntry {
   Sequence* seq = nullptr;
   StepKind kind = StepKind::kPrompt;
-  std::vector<int32_t> tokens;  // what this step feeds (a verify entry: the last token, then the drafts)
+  // What this step feeds (a verify entry: the last token, then the drafts): a view of the
+  // sequence's own tokens, valid until the sequence takes its next token.
+  std::span<const int32_t> tokens;
   int64_t logits_rows = 1;      // the last rows whose logits come back (verify, prompt_logprobs: all of them)
   bool draws = false;           // its last row's logits draw the sequence's next token
   bool ends = false;            // the last of a prompt that is only scored (max_tokens 0): it ends here
@@ -54,8 +57,14 @@ class Scheduler {
   void enqueue(std::unique_ptr<Sequence> seq);
   // Admits waiting sequences in order while they fit; returns those admitted now.
   std::vector<Sequence*> admit();
-  // Ends cancelled sequences (waiting ones too), then plans the next step of the others.
-  StepPlan plan();
+  // Ends cancelled sequences (waiting ones too), then plans the next step of the others
+  // into `plan` (its storage reused from step to step).
+  void plan(StepPlan& plan);
+  StepPlan plan() {
+    StepPlan p;
+    plan(p);
+    return p;
+  }
   // The sequences that ended (finished, cancelled or failed), out of the running set,
   // their KV released and their prefix offered to the cache (when they ended well).
   std::vector<std::unique_ptr<Sequence>> retire();

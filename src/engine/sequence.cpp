@@ -66,9 +66,15 @@ Sequence::Sequence(GenerationRequest request, std::shared_ptr<GenerationSink> si
   sampler_.start(request_.prompt, vocab, request_.max_tokens);
 }
 
-void Sequence::emit(std::string text, std::vector<int32_t> ids, std::vector<TokenReport> logprobs) {
+void Sequence::emit(std::string text, std::span<const int32_t> ids, std::vector<TokenReport> logprobs) {
   if (text.empty() && ids.empty() && logprobs.empty()) return;
-  sink_->on_output({std::move(text), std::move(ids), std::move(logprobs), {}, 0});
+  sink_->on_output({std::move(text), ids, std::move(logprobs), {}, 0});
+}
+
+std::span<const int32_t> Sequence::verify_input() {
+  verify_input_.assign(1, tokens_.back());
+  verify_input_.insert(verify_input_.end(), draft_.begin(), draft_.end());
+  return verify_input_;
 }
 
 void Sequence::emit_prompt_logprobs(int64_t first, std::vector<double> logprobs) {
@@ -87,7 +93,7 @@ void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_i
   tokens_.push_back(token);
   decoding_ = true;
   if (!request_.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end()) {
-    emit({}, {token}, {});
+    emit({}, std::span<const int32_t>(&tokens_.back(), 1), {});
     finish("stop");
     return;
   }
@@ -99,7 +105,7 @@ void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_i
     logprobs.push_back(std::move(report));
   }
   std::string text = decoder_ ? matcher_.push(decoder_->push(token)) : std::string();
-  emit(std::move(text), {token}, std::move(logprobs));
+  emit(std::move(text), std::span<const int32_t>(&tokens_.back(), 1), std::move(logprobs));
   if (matcher_.stopped())
     finish("stop");
   else if (produced() >= request_.max_tokens)

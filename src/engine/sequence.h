@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ class Sequence {
 
   // Drafted continuations the next step verifies (speculation); empty: none.
   std::vector<int32_t>& draft() { return draft_; }
+  // What a verify step feeds: the last token, then the drafts (kept here until the next plan).
+  std::span<const int32_t> verify_input();
 
   // Records that `n` more positions are in the cache (after a step ran them), or that only
   // the first `fed` are (rejected drafts rolled back).
@@ -84,7 +87,7 @@ class Sequence {
                                            const Tokenizer* tokenizer, int64_t vocab);
 
  private:
-  void emit(std::string text, std::vector<int32_t> ids, std::vector<TokenReport> logprobs);
+  void emit(std::string text, std::span<const int32_t> ids, std::vector<TokenReport> logprobs);
 
   GenerationRequest request_;
   std::shared_ptr<GenerationSink> sink_;
@@ -92,7 +95,7 @@ class Sequence {
   std::vector<int32_t> tokens_;
   int64_t fed_ = 0;
   bool decoding_ = false;
-  std::vector<int32_t> draft_;
+  std::vector<int32_t> draft_, verify_input_;
   Sampler sampler_;
   std::optional<StreamDecoder> decoder_;
   StopMatcher matcher_;
