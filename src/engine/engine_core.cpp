@@ -131,7 +131,7 @@ bool EngineCore::draws_on_device(const StepPlan& plan) const {
   return true;
 }
 
-// The plan as the runner's entries, forward, then the draws.
+// The plan as the runner's entries, then the forward and its draws.
 void EngineCore::run(const StepPlan& plan) {
   entries_.clear();
   int64_t rows = 0;
@@ -141,22 +141,32 @@ void EngineCore::run(const StepPlan& plan) {
                         e.kind == StepKind::kDecode, e.logits_rows});
     rows += e.logits_rows;
   }
-  if (draws_on_device(plan)) {
-    sample_rows_.assign(static_cast<size_t>(rows), SampleRow{});  // rows that draw nothing: greedy, ignored
-    for (size_t i = 0; i < plan.entries.size(); ++i)
-      if (plan.entries[i].draws) sample_rows_[i] = plan.entries[i].seq->sampler().device_row();
-    ids_.resize(static_cast<size_t>(rows));
-    runner_->forward_batch(entries_, sample_rows_.data(), ids_.data());
-    scheduler_.completed(plan);
-    for (size_t i = 0; i < plan.entries.size(); ++i) {
-      const PlannedEntry& e = plan.entries[i];
-      if (e.ends) e.seq->finish("length");
-      if (!e.draws) continue;
-      e.seq->sampler().accept(ids_[i]);
-      e.seq->accept(SampledToken{ids_[i], 0.0f, {}}, model_.generation.eos_token_ids);
-    }
-    return;
+  if (draws_on_device(plan))
+    run_drawing_on_device(plan, rows);
+  else
+    run_drawing_on_host(plan, rows);
+}
+
+// Only ids cross: each drawing row's rule (and its uniform) goes with the forward.
+void EngineCore::run_drawing_on_device(const StepPlan& plan, int64_t rows) {
+  sample_rows_.assign(static_cast<size_t>(rows), SampleRow{});  // rows that draw nothing: greedy, ignored
+  for (size_t i = 0; i < plan.entries.size(); ++i)
+    if (plan.entries[i].draws) sample_rows_[i] = plan.entries[i].seq->sampler().device_row();
+  ids_.resize(static_cast<size_t>(rows));
+  runner_->forward_batch(entries_, sample_rows_.data(), ids_.data());
+  scheduler_.completed(plan);
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const PlannedEntry& e = plan.entries[i];
+    if (e.ends) e.seq->finish("length");
+    if (!e.draws) continue;
+    e.seq->sampler().accept(ids_[i]);
+    e.seq->accept(SampledToken{ids_[i], 0.0f, {}}, model_.generation.eos_token_ids);
   }
+}
+
+// The logits come back; each sequence's sampler draws (penalties, bias, logprobs), verify
+// rows are checked in order, scored prompts get their log-probabilities.
+void EngineCore::run_drawing_on_host(const StepPlan& plan, int64_t rows) {
   if (logits_.size() < static_cast<size_t>(rows * vocab_)) logits_.resize(static_cast<size_t>(rows * vocab_));
   runner_->forward_batch(entries_, logits_.data());
   scheduler_.completed(plan);

@@ -73,7 +73,8 @@ class EngineCore {
 
  private:
   void run(const StepPlan& plan);
-  void draw(const StepPlan& plan);
+  void run_drawing_on_device(const StepPlan& plan, int64_t rows);
+  void run_drawing_on_host(const StepPlan& plan, int64_t rows);
   bool draws_on_device(const StepPlan& plan) const;
   void verify(const PlannedEntry& entry, const float* logits);
   void score_prompt(const PlannedEntry& entry, const float* logits);
