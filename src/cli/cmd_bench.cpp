@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -35,6 +36,7 @@ struct BenchFlags {
   int prompt_tokens = 128;
   int gen_tokens = 32;
   int repetitions = 3;
+  int64_t depth = 0;  // --depth: positions already in the KV cache when pp and tg start (llama-bench -d)
   bool json = false;
   std::vector<int> parallel;  // --parallel: llama-batched-bench's -npl (B sequences at once)
   int64_t prefill_chunk = 2048;
@@ -61,16 +63,45 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
   return ids;
 }
 
-double prefill_tps(ModelRunner& t, const std::vector<int32_t>& ids, HostBuffer<float>& logits) {
+// Runs context[from, to) into kv, `chunk` tokens per forward, untimed.
+void prefill(ModelRunner& t, const std::vector<int32_t>& context, size_t from, size_t to, int64_t chunk, KvCache& kv,
+             HostBuffer<float>& logits) {
+  while (from < to) {
+    const auto n = static_cast<int64_t>(std::min<size_t>(static_cast<size_t>(chunk), to - from));
+    t.forward(context.data() + from, n, kv, LogitsFor::kLastToken, logits.data());
+    from += static_cast<size_t>(n);
+  }
+}
+
+// A cache at depth: `base` (the context, prefilled once) lends its whole blocks, shared as
+// the prefix cache shares them (the test only appends past them); the rest of the
+// context is prefilled untimed.
+KvCache at_depth(ModelRunner& t, const KvCache& base, const std::vector<int32_t>& context, int64_t chunk,
+                 HostBuffer<float>& logits) {
   KvCache kv = t.new_cache();
+  const int64_t bs = t.kv_pool().block_size();
+  const int64_t aligned = static_cast<int64_t>(context.size()) / bs * bs;
+  if (aligned > 0) {
+    std::array<std::vector<int32_t>, KvPool::kKinds> blocks;
+    for (int kind = 0; kind < KvPool::kKinds; ++kind)
+      if (t.kv_pool().has_kind(kind)) {
+        const std::vector<int32_t>& table = base.table(kind);
+        blocks[static_cast<size_t>(kind)].assign(table.begin(), table.begin() + aligned / bs);
+      }
+    kv.adopt(blocks, aligned);
+  }
+  prefill(t, context, static_cast<size_t>(aligned), context.size(), chunk, kv, logits);
+  return kv;
+}
+
+double prefill_tps(ModelRunner& t, const std::vector<int32_t>& ids, HostBuffer<float>& logits, KvCache kv) {
   Timer timer;
   t.forward(ids.data(), static_cast<int64_t>(ids.size()), kv, LogitsFor::kLastToken, logits.data());
   return static_cast<double>(ids.size()) / timer.seconds();
 }
 
 // Greedy decoding with the argmax where the logits are (on a GPU only the id comes back).
-double decode_tps(ModelRunner& t, int n) {
-  KvCache kv = t.new_cache();
+double decode_tps(ModelRunner& t, int n, KvCache kv) {
   int32_t token = 1;
   Timer timer;
   for (int i = 0; i < n; ++i) token = t.forward_greedy(&token, 1, kv);
@@ -159,13 +190,30 @@ double peak_rss_gib() {
   return static_cast<double>(usage.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB
 }
 
+// Bytes of KV a sequence of `positions` holds (what one decode step at that depth reads).
+size_t kv_bytes_at(const KvPool& pool, int64_t positions) {
+  size_t bytes = 0;
+  for (const KvLayer& layer : pool.layout().layers) {
+    if (layer.kind == KvLayer::Kind::kNone) continue;
+    const int64_t held = layer.kind == KvLayer::Kind::kWindow ? std::min(positions, layer.window) : positions;
+    bytes += 2 * static_cast<size_t>(held) * pool.layout().row_bytes();
+  }
+  return bytes;
+}
+
 int run_bench(const BenchFlags& f) {
   if (f.model.empty() == f.synthetic.empty())
     fail(ErrorCategory::kInvalidArgument, "bench: give a model folder or --synthetic PRESET (one of them)");
+  if (f.depth > 0 && !f.parallel.empty())
+    fail(ErrorCategory::kInvalidArgument, "bench: --depth applies to the pp/tg tests, not to --parallel");
   if (f.json) log::set_level(log::Level::kQuiet);
   Timer load_timer;
   Model model = f.synthetic.empty() ? load_model(f.model) : make_synthetic_model(f.synthetic);
   log::info("model {} ready in {:.0f} ms ({:.2f} GB of weights)", model.source, load_timer.millis(), model.weight_bytes() / 1e9);
+  const int64_t positions = f.depth + std::max<int64_t>(f.prompt_tokens, f.gen_tokens);
+  if (model.spec.max_position_embeddings > 0 && positions > model.spec.max_position_embeddings)
+    fail(ErrorCategory::kInvalidArgument, "bench: --depth {} plus the test's {} tokens passes the model's {} positions",
+         f.depth, positions - f.depth, model.spec.max_position_embeddings);
 
   const int threads = f.threads.resolve();
   auto backends = f.tensor_parallel.make_backends(f.device, threads);
@@ -186,24 +234,33 @@ int run_bench(const BenchFlags& f) {
   if (!f.parallel.empty()) return run_batched(f, core, model.source, backend->name());
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
   auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
+  const std::vector<int32_t> context = bench_tokens(f.depth, model.spec.vocab_size);
+  KvCache base = runner.new_cache();
+  prefill(runner, context, 0, context.size(), f.prefill_chunk, base, logits);
+  const auto deep = [&] { return at_depth(runner, base, context, f.prefill_chunk, logits); };
 
   // Warm-up: first launches, library handles, and the recorded decode step.
-  prefill_tps(runner, bench_tokens(std::min(f.prompt_tokens, 16), model.spec.vocab_size), logits);
-  prefill_tps(runner, prompt, logits);
-  decode_tps(runner, std::min(f.gen_tokens, 4));
+  prefill_tps(runner, bench_tokens(std::min(f.prompt_tokens, 16), model.spec.vocab_size), logits, runner.new_cache());
+  prefill_tps(runner, prompt, logits, deep());
+  decode_tps(runner, std::min(f.gen_tokens, 4), deep());
   const double copy_gbps = backend->measure_copy_bandwidth() / 1e9;  // 0 on the CPU
   std::vector<double> pp, tg;
   for (int r = 0; r < f.repetitions; ++r) {
-    pp.push_back(prefill_tps(runner, prompt, logits));
-    tg.push_back(decode_tps(runner, f.gen_tokens));
+    pp.push_back(prefill_tps(runner, prompt, logits, deep()));
+    tg.push_back(decode_tps(runner, f.gen_tokens, deep()));
   }
   Stat p = stat_of(pp), g = stat_of(tg);
   const double gbps = g.mean * static_cast<double>(model.weight_bytes()) / 1e9;
+  // A decode step at depth also reads the cache: its bytes at the test's mean position.
+  const size_t kv_at_depth = kv_bytes_at(core.pool(), f.depth);
+  const double kv_gbps = g.mean * static_cast<double>(kv_bytes_at(core.pool(), f.depth + f.gen_tokens / 2)) / 1e9;
   const double rss = peak_rss_gib();
   if (f.json) {
     nlohmann::json out = {{"model", model.source},       {"backend", backend->name()},
                           {"threads", threads},          {"weight_bytes", model.weight_bytes()},
                           {"prompt_tokens", f.prompt_tokens}, {"gen_tokens", f.gen_tokens},
+                          {"depth", f.depth}, {"kv_bytes_at_depth", kv_at_depth},
+                          {"decode_kv_gb_per_second", kv_gbps},
                           {"prefill_tokens_per_second", p.mean}, {"prefill_sd", p.sd},
                           {"decode_tokens_per_second", g.mean},  {"decode_sd", g.sd},
                           {"decode_weight_gb_per_second", gbps}, {"peak_rss_gib", rss},
@@ -212,11 +269,12 @@ int run_bench(const BenchFlags& f) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("| model | backend | threads | test | tok/s | weight GB/s |\n|---|---|---|---|---|---|\n");
-  std::printf("| %s | %s | %d | pp%d | %.2f ± %.2f | |\n", model.source.c_str(), backend->name().c_str(), threads,
-              f.prompt_tokens, p.mean, p.sd);
-  std::printf("| %s | %s | %d | tg%d | %.2f ± %.2f | %.1f |\n", model.source.c_str(), backend->name().c_str(), threads,
-              f.gen_tokens, g.mean, g.sd, gbps);
+  const std::string at = f.depth > 0 ? fmt::format(" @ d{}", f.depth) : "";
+  std::printf("| model | backend | threads | test | tok/s | weight GB/s | KV GB/s |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %d | pp%d%s | %.2f ± %.2f | | |\n", model.source.c_str(), backend->name().c_str(), threads,
+              f.prompt_tokens, at.c_str(), p.mean, p.sd);
+  std::printf("| %s | %s | %d | tg%d%s | %.2f ± %.2f | %.1f | %.1f |\n", model.source.c_str(), backend->name().c_str(),
+              threads, f.gen_tokens, at.c_str(), g.mean, g.sd, gbps, kv_gbps);
   if (copy_gbps > 0)
     std::printf("copy ceiling (device-to-device, read + write): %.1f GB/s; decode streams %.1f %% of it\n", copy_gbps,
                 100.0 * gbps / copy_gbps);
@@ -235,6 +293,10 @@ Action register_bench(CLI::App& app) {
   app.add_option("-p,--prompt-tokens", f->prompt_tokens, "prompt length of the prefill test")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("-g,--gen-tokens", f->gen_tokens, "tokens of the decode test")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("-r,--repetitions", f->repetitions, "runs of each test (mean ± sd reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-d,--depth", f->depth,
+                 "positions already in the KV cache when the pp and tg tests start (llama-bench -d): decode at depth")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
+      ->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object instead of the table");
   app.add_option("--parallel", f->parallel,
                  "batched test (llama-batched-bench's -npl): for each B, B sequences prefill -p tokens each, then "

@@ -64,3 +64,27 @@ test('fit plans the bytes the checkpoint holds, and refuses a split the model ca
   assert.ok(failed && failed.status !== 0, 'fit --tp 4 should fail');
   assert.match(failed.stderr, /--tensor-parallel 4/);
 });
+
+// `bench --depth D` (llama-bench -d): the tests start with D positions in the KV cache. The
+// cache it reports reading per decode step is D times the KV bytes a token adds, as `fit`
+// counts them from the config; a depth past the model's positions, or with --parallel
+// (which it does not apply to), is refused by name.
+test('bench --depth runs pp and tg at depth, and refuses what it cannot apply', () => {
+  const bench = JSON.parse(execFileSync(kettle, ['bench', '--synthetic', 'tiny', '--device', 'cpu', '-p', '8', '-g', '4',
+    '-r', '1', '--depth', '100', '--json'], { encoding: 'utf8' }));
+  const fit = JSON.parse(execFileSync(kettle, ['fit', '--synthetic', 'tiny', '--device', 'cpu', '--json'], { encoding: 'utf8' }));
+  assert.equal(bench.depth, 100);
+  assert.equal(bench.kv_bytes_at_depth, 100 * fit.kv_bytes_per_token_per_rank);
+  assert.ok(bench.decode_tokens_per_second > 0 && bench.prefill_tokens_per_second > 0);
+  const refused = (args) => {
+    try { execFileSync(kettle, ['bench', '--synthetic', 'tiny', '--device', 'cpu', ...args], { encoding: 'utf8', stdio: 'pipe' }); }
+    catch (e) { return e; }
+    return null;
+  };
+  const past = refused(['--depth', '5000', '-p', '4', '-g', '4']);
+  assert.ok(past && past.status !== 0);
+  assert.match(past.stderr, /--depth 5000/);
+  const parallel = refused(['--depth', '10', '--parallel', '2']);
+  assert.ok(parallel && parallel.status !== 0);
+  assert.match(parallel.stderr, /--depth/);
+});
