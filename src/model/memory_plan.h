@@ -38,7 +38,7 @@ struct MemoryPlan {
 };
 
 // weight_value_bytes: 2 for bf16/f16 weights (what a GPU keeps), 4 for f32 on the CPU;
-// kv_value_bytes: the backend's KV element (Backend::kv_value_bytes).
+// kv_value_bytes: the bytes of the backend's KV element (dtype_size of Backend::kv_dtype).
 MemoryPlan plan_memory(const ModelSpec& spec, int ranks, size_t weight_value_bytes, size_t kv_value_bytes,
                        int64_t prefill_chunk = 2048);
 
