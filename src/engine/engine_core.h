@@ -3,14 +3,14 @@
 // loop's body: admit, plan, run the plan through the runner as one batched
 // forward, draw each entry's tokens (on the device when no entry needs its
 // logits on the host), hand them to their sequences, retire the ended ones.
-// `serve` runs it on the engine thread (engine.h); `generate`, `bench
-// --parallel` and the batching tests call step() themselves. Single-threaded.
+// `serve` runs it on the engine thread (engine.h); `generate`, `perplexity`,
+// `bench --parallel` and the batching tests call step() themselves.
+// Single-threaded.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
