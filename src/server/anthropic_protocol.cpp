@@ -107,12 +107,10 @@ ordered_json convert_tools(const ordered_json& body) {
   return out;
 }
 
-void check_model(const ordered_json& body, const std::string& model_id) {
-  std::optional<std::string> name = string_field(body, "model");
-  if (!name) throw ApiError(400, "'model' is required", "model");
-  if (*name != model_id && *name != "default")
-    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", *name, model_id), "model",
-                   "model_not_found");
+// Anthropic's API requires a model; with one model served, any name routes to it and the
+// response names the served id.
+void check_model(const ordered_json& body, const std::string&) {
+  if (!string_field(body, "model")) throw ApiError(400, "'model' is required", "model");
 }
 
 }  // namespace

@@ -120,12 +120,10 @@ std::vector<std::pair<int32_t, float>> check_logit_bias(const ordered_json& body
   return out;
 }
 
-void check_model(const ordered_json& body, const std::string& model_id) {
-  std::optional<std::string> name = string_field(body, "model");
-  if (name && *name != model_id && *name != "default")
-    throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", *name, model_id), "model",
-                   "model_not_found");
-}
+// One model is served: any name a client sends (`gpt-4o`, an alias, the served id) routes
+// to it, and the response names the served id, as llama-server does. A name that is not a
+// string is refused by name.
+void check_model(const ordered_json& body, const std::string&) { (void)string_field(body, "model"); }
 
 void parse_sampling(const ordered_json& body, const RequestContext& ctx, CompletionParams& p) {
   p.sampling = ctx.sampling;

@@ -120,7 +120,7 @@ test('an assistant message last is continued (prefill)', async () => {
   assert.ok((prefix + m.content[0].text).startsWith(text.slice(0, prefix.length + 4)), m.content[0].text);
 });
 
-test('errors in Anthropic\'s shape: missing max_tokens, bad block, unknown model, malformed JSON', async () => {
+test('errors in Anthropic\'s shape: missing max_tokens, bad block, missing model, malformed JSON', async () => {
   await assert.rejects(client.messages.create({ model: 'kettle-demo', messages: [{ role: 'user', content: 'hi' }] }),
     (e) => e.status === 400 && e.error?.type === 'error' && e.error.error.type === 'invalid_request_error' &&
       /max_tokens/.test(e.error.error.message));
@@ -128,9 +128,16 @@ test('errors in Anthropic\'s shape: missing max_tokens, bad block, unknown model
     model: 'kettle-demo', max_tokens: 5,
     messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }],
   }), (e) => e.status === 400 && /messages\[0\]\.content\[0\]/.test(e.error.error.message));
-  await assert.rejects(client.messages.create({ model: 'claude-x', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }),
-    (e) => e.status === 404 && e.error.error.type === 'not_found_error');
+  await assert.rejects(client.messages.create({ max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }),
+    (e) => e.status === 400 && /model/.test(e.error.error.message));
   const res = await fetch(`${server.base}/v1/messages`, { method: 'POST', body: '{"model": ' });
   assert.equal(res.status, 400);
   assert.deepEqual(Object.keys(await res.json()), ['type', 'error']);
+});
+
+test('any model name routes to the served model; the response names it', async () => {
+  const m = await client.messages.create({ model: 'claude-sonnet-4-5', max_tokens: 4, temperature: 0,
+    messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(m.model, 'kettle-demo');
+  assert.ok(m.content.length >= 0 && m.usage.output_tokens > 0);
 });

@@ -99,7 +99,7 @@ test('max_tokens ends with finish_reason length; a stop string ends before it wi
   assert.equal(chat.usage.completion_tokens, 3);
 });
 
-test('errors: malformed JSON 400, wrong field type 400 naming it, missing messages 400, unknown model 404, too long 400', async () => {
+test('errors: malformed JSON 400, wrong field type 400 naming it, missing messages 400, too long 400', async () => {
   const post = (path, body) => fetch(`${server.base}/v1/${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
   let res = await post('chat/completions', '{"messages": [');
   assert.equal(res.status, 400);
@@ -112,8 +112,9 @@ test('errors: malformed JSON 400, wrong field type 400 naming it, missing messag
   assert.equal((await res.json()).error.param, 'messages');
   res = await post('completions', JSON.stringify({ prompt: 'hi', max_tokens: 100000 }));
   assert.equal(res.status, 400);
-  await assert.rejects(client.chat.completions.create({ model: 'gpt-4', messages: [{ role: 'user', content: 'hi' }] }),
-    (e) => e.status === 404 && e.error?.code === 'model_not_found');
+  res = await post('chat/completions', JSON.stringify({ model: 4, messages: [{ role: 'user', content: 'hi' }] }));
+  assert.equal(res.status, 400);
+  assert.equal((await res.json()).error.param, 'model');
   res = await post('completions', 'x'.repeat(9 << 20));
   assert.equal(res.status, 413);
   assert.equal((await (await fetch(`${server.base}/health`)).json()).status, 'ok');
@@ -213,4 +214,17 @@ test('logit_bias bans and forces tokens; penalties reach the sampler as in `kett
   const unpenalized = generateJson(['--chat', question, '--max-tokens', '24', '--ignore-eos']);
   const penalized = generateJson(['--chat', question, '--max-tokens', '24', '--ignore-eos', '--repetition-penalty', '1.8']);
   assert.notEqual(penalized.text, unpenalized.text);
+});
+
+// One model is served: a client that sends a fixed model name (an agent configured for
+// gpt-4o) is served by it, and the response names the served id.
+test('any model name routes to the served model; the response names it', async () => {
+  const named = await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }],
+    max_tokens: 4, temperature: 0 });
+  const served = await client.chat.completions.create({ model: 'kettle-demo', messages: [{ role: 'user', content: 'hi' }],
+    max_tokens: 4, temperature: 0 });
+  assert.equal(named.model, 'kettle-demo');
+  assert.equal(named.choices[0].message.content, served.choices[0].message.content);
+  const completion = await client.completions.create({ model: 'text-davinci-003', prompt: 'Once', max_tokens: 2 });
+  assert.equal(completion.model, 'kettle-demo');
 });

@@ -61,15 +61,11 @@ TEST(OpenAiRequest, EachBadFieldIsNamed) {
   EXPECT_EQ(rejected_param(chat_body({{"max_tokens", 5}, {"user", "someone"}})), "");
 }
 
-TEST(OpenAiRequest, UnknownModelIs404) {
-  try {
-    parse_openai_request(chat_body({{"model", "gpt-4"}}), true, kCtx);
-    FAIL();
-  } catch (const ApiError& e) {
-    EXPECT_EQ(e.status(), 404);
-    EXPECT_EQ(e.code(), "model_not_found");
-  }
+// One model is served: any name routes to it; a name that is not a string is refused by name.
+TEST(OpenAiRequest, AnyModelNameRoutesToTheServedModel) {
+  EXPECT_NO_THROW(parse_openai_request(chat_body({{"model", "gpt-4"}}), true, kCtx));
   EXPECT_NO_THROW(parse_openai_request(chat_body({{"model", "default"}}), true, kCtx));
+  EXPECT_EQ(rejected_param(chat_body({{"model", 4}})), "model");
 }
 
 TEST(OpenAiRequest, ToolCallArgumentsReachTheTemplateAsObjects) {
