@@ -61,16 +61,6 @@ double predicted_decode(const MemoryPlan& plan, double bandwidth_gbs, int64_t ct
   return kStreamedFraction * bandwidth_gbs * 1e9 / bytes * static_cast<double>(batch);
 }
 
-// The longest context whose KV, `batch` sequences of it, fits the budget.
-int64_t max_context(const MemoryPlan& plan, size_t kv_budget, int64_t batch) {
-  int64_t lo = 0, hi = int64_t{1} << 40;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (plan.kv_bytes(mid, batch) <= kv_budget) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
 nlohmann::json verdict(const MemoryDecision& d, int64_t ctx, int64_t batch, int64_t limit) {
   const size_t need = d.plan.total_bytes(ctx, batch);
   return {{"device_bytes", d.device_bytes},
@@ -78,7 +68,7 @@ nlohmann::json verdict(const MemoryDecision& d, int64_t ctx, int64_t batch, int6
           {"kv_budget_bytes", d.kv_budget_bytes},
           {"prompt_cache_bytes", d.prompt_cache_bytes},
           {"fits", d.plan.kv_bytes(ctx, batch) <= d.kv_budget_bytes},
-          {"max_context", std::min(max_context(d.plan, d.kv_budget_bytes, batch), limit)}};
+          {"max_context", std::min(d.plan.longest_context(d.kv_budget_bytes, batch), limit)}};
 }
 
 MemoryFlags memory_flags(const FitFlags& f) {

@@ -34,7 +34,6 @@ class Sequence {
 
   const GenerationRequest& request() const { return request_; }
   GenerationSink& sink() const { return *sink_; }
-  const std::shared_ptr<GenerationSink>& sink_handle() const { return sink_; }
 
   // The prompt, then every token produced: the context whose KV the cache holds (all but
   // the last token while decoding).

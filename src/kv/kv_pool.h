@@ -87,7 +87,6 @@ class KvPool {
   size_t admission_bytes(int64_t tokens) const;
   size_t admission_capacity() const;
   size_t max_bytes() const { return max_bytes_; }
-  void set_max_bytes(size_t bytes) { max_bytes_ = bytes; }
   size_t used_bytes() const;       // blocks held by someone
   size_t allocated_bytes() const;  // the buffers as they are now
   int64_t used_blocks(int kind) const { return used_[static_cast<size_t>(kind)]; }

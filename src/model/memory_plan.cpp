@@ -17,11 +17,14 @@ size_t MemoryPlan::total_bytes(int64_t tokens, int64_t sequences) const {
 
 int64_t MemoryPlan::max_context(size_t device_bytes, int64_t sequences) const {
   if (device_bytes <= weight_bytes + working_bytes) return 0;
-  const size_t left = device_bytes - weight_bytes - working_bytes;
+  return longest_context(device_bytes - weight_bytes - working_bytes, sequences);
+}
+
+int64_t MemoryPlan::longest_context(size_t kv_budget, int64_t sequences) const {
   int64_t lo = 0, hi = int64_t{1} << 40;  // the largest length whose KV fits (KV grows with the length)
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (kv_bytes(mid, sequences) <= left) lo = mid; else hi = mid - 1;
+    if (kv_bytes(mid, sequences) <= kv_budget) lo = mid; else hi = mid - 1;
   }
   return lo;
 }

@@ -35,6 +35,8 @@ struct MemoryPlan {
   // The longest context (positions per sequence, `sequences` at once) that fits in
   // `device_bytes` per rank; 0 when even the weights do not.
   int64_t max_context(size_t device_bytes, int64_t sequences = 1) const;
+  // The longest context whose KV, `sequences` of it, fits in `kv_budget` bytes per rank.
+  int64_t longest_context(size_t kv_budget, int64_t sequences = 1) const;
 };
 
 // weight_value_bytes: 2 for bf16/f16 weights (what a GPU keeps), 4 for f32 on the CPU;
