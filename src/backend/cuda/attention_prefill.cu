@@ -1,136 +1,258 @@
-// Prefill attention (many queries): a block takes 16 consecutive queries of
-// one head and walks the keys in tiles of 32 held in shared memory; a lane
-// owns one key of the tile for the scores (no shuffles per key) and head
-// dims for P·V; online softmax per query, as in FlashAttention (Dao et al.
-// 2022) but on f32 CUDA cores. Causal by position (read from device
-// memory), sliding window, Gemma-2 softcapping. head_dim ≤ 128. All queries
-// belong to one sequence: each tile's pool rows come from the one block table.
+// Prompt attention (many queries of one sequence) on the tensor cores, tiled as
+// FlashAttention-2 (Dao 2023): a block takes 64 consecutive queries of one head
+// (16 per warp) and walks the keys in tiles of 64, double-buffered in shared
+// memory by asynchronous copies through the block table; S = Q·Kᵀ and O = P·V
+// are m16n8k16 f16 MMAs with f32 accumulators, the online softmax stays in f32
+// registers. Q and P enter the MMAs as f16 (11 significant bits, the keys'
+// and values' own precision in the cache). Causal by position (read from
+// device memory), sliding window, Gemma-2 softcapping, GQA, head_dim ≤ 256.
+//
+// Batch invariance: key tiles sit at fixed multiples of 64 from key 0 and a
+// query's row of each MMA depends on that row alone, so a query's sums run in
+// the same order whatever chunk it arrives in; a tile holding none of a row's
+// visible keys leaves that row's state unchanged bit for bit (max unchanged,
+// correction exactly 1, zero weights), and a warp skips tiles none of its rows
+// sees.
+#include <climits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/paging.cuh"
 
 namespace kettle::cuda {
 namespace {
 
-constexpr int kQueryTile = 16;  // queries per block
-constexpr int kTile = 32;       // keys per shared-memory tile (one per lane)
 constexpr int kPrefillWarps = 4;
-constexpr int kQueriesPerWarp = kQueryTile / kPrefillWarps;
-constexpr int kMaxPrefillHeadDim = 128;
+constexpr int kRowsPerWarp = 16;                           // the MMA's M
+constexpr int kQueryTile = kPrefillWarps * kRowsPerWarp;  // queries per block
+constexpr int kKeyTile = 64;                               // keys per shared-memory stage
+constexpr int kMaxPrefillHeadDim = 256;
+constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>  // head dims per lane (head_dim ≤ 32 D)
+// Dynamic shared memory: the query tile, then two stages of key and value tiles.
+size_t prefill_block_bytes(int hd) {
+  return static_cast<size_t>(kQueryTile + 4 * kKeyTile) * padded_row(hd) * sizeof(__half);
+}
+
+// Keys [k0, k0 + 64) of this head into a stage: rows outside [lo, hi] (before the block's
+// first visible key, past its last: released or unwritten blocks) and dims past head_dim
+// are zeros. 16-byte asynchronous copies when rows are aligned, else element by element.
+__device__ __forceinline__ void load_kv_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
+                                             bool aligned, int k0, int lo, int hi, __half* k_tile, __half* v_tile) {
+  const int stride = padded_row(hd), width = (hd + 15) / 16 * 16;
+  if (aligned) {
+    const int pieces = width / 8, real = hd / 8;
+    for (int i = threadIdx.x; i < kKeyTile * pieces; i += blockDim.x) {
+      const int key = i / pieces, part = i % pieces, j = k0 + key;
+      __half* dk = k_tile + key * stride + part * 8;
+      __half* dv = v_tile + key * stride + part * 8;
+      if (j >= lo && j <= hi && part < real) {
+        const int64_t row = kv.row(table, j) * kv.ld + head_offset + part * 8;
+        copy16_async(dk, kv.k + row);
+        copy16_async(dv, kv.v + row);
+      } else {
+        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < kKeyTile * width; i += blockDim.x) {
+    const int key = i / width, d = i % width, j = k0 + key;
+    const bool real = j >= lo && j <= hi && d < hd;
+    const int64_t row = real ? kv.row(table, j) * kv.ld + head_offset + d : 0;
+    k_tile[key * stride + d] = real ? kv.k[row] : __float2half(0.0f);
+    v_tile[key * stride + d] = real ? kv.v[row] : __float2half(0.0f);
+  }
+}
+
+// The online-softmax state of a warp's 16 query rows: this lane holds rows lane/4 (h = 0)
+// and lane/4 + 8 (h = 1), and of O the dims 8n + 2(lane % 4) + {0, 1}.
+template <int KT>
+struct RowState {
+  float o[2 * KT][4];
+  float m[2], l[2];
+  int pos[2], first[2];  // a row's visible keys: [first, pos]; pos -1 for rows past n
+};
+
+// One key tile [k0, k0 + 64) for this warp's rows: scores, masking, the softmax update and
+// P·V. q_rows: the warp's 16 query rows in shared memory.
+template <int KT>
+__device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* k_tile, const __half* v_tile, int hd,
+                                            const AttentionParams& p, int k0, int lane, RowState<KT>& st) {
+  const int stride = padded_row(hd), steps = (hd + 15) / 16;
+  float s[kKeyTile / 8][4];
+#pragma unroll
+  for (int j = 0; j < kKeyTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < KT; ++ks) {
+    if (ks >= steps) break;
+    uint32_t a[4];
+    load_matrices(a, q_rows + (lane % 16) * stride + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int pair = 0; pair < kKeyTile / 16; ++pair) {
+      uint32_t b[4];  // keys 16 pair + [0, 8) and + [8, 16), dims 16 ks + [0, 8) and + [8, 16)
+      load_matrices(b, k_tile + (pair * 16 + lane % 8 + (lane / 16) * 8) * stride + ks * 16 + ((lane / 8) % 2) * 8);
+      mma(s[2 * pair], a, b[0], b[1]);
+      mma(s[2 * pair + 1], a, b[2], b[3]);
+    }
+  }
+  // Mask and the tile's max per row (a row's 4 lanes reduce).
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kKeyTile / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = k0 + j * 8 + (lane % 4) * 2 + e;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float& x = s[j][2 * h + e];
+        if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+        x = key >= st.first[h] && key <= st.pos[h] ? x : -INFINITY;
+        tile_max[h] = fmaxf(tile_max[h], x);
+      }
+    }
+  float correction[2], row_sum[2] = {0.0f, 0.0f}, m_new[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+    m_new[h] = fmaxf(st.m[h], tile_max[h]);
+    correction[h] = m_new[h] == -INFINITY ? 1.0f : exp2f((st.m[h] - m_new[h]) * kLog2e);
+  }
+#pragma unroll
+  for (int j = 0; j < kKeyTile / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float& x = s[j][2 * h + e];
+        x = x == -INFINITY ? 0.0f : exp2f((x - m_new[h]) * kLog2e);
+        row_sum[h] += x;
+      }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    st.l[h] = st.l[h] * correction[h] + row_sum[h];
+    st.m[h] = m_new[h];
+  }
+#pragma unroll
+  for (int n = 0; n < 2 * KT; ++n) {
+    st.o[n][0] *= correction[0];
+    st.o[n][1] *= correction[0];
+    st.o[n][2] *= correction[1];
+    st.o[n][3] *= correction[1];
+  }
+  // O += P·V: the weights of 16 keys form an A fragment straight from two S tiles.
+#pragma unroll
+  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+    const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                           pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < KT; ++dp) {
+      if (dp >= steps) break;
+      uint32_t b[4];  // keys 16 kk + [0, 8) and + [8, 16), dims 16 dp + [0, 8) and + [8, 16)
+      load_matrices<true>(b, v_tile + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * stride + dp * 16 + (lane / 16) * 8);
+      mma(st.o[2 * dp], a, b[0], b[1]);
+      mma(st.o[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int KT>  // 16-dim steps of head_dim (≤ 16 KT)
 __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     attention_prefill_kernel(const float* __restrict__ q, int64_t n, int64_t ldq, Pages kv,
                              const int32_t* __restrict__ positions, AttentionParams p, float* out, int64_t ldo) {
-  grid_wait();
-  __shared__ float qs[kQueryTile][kMaxPrefillHeadDim];
-  __shared__ float ks[kTile][kMaxPrefillHeadDim + 1];  // +1: lanes read a column, not one bank
-  __shared__ float vs[kTile][kMaxPrefillHeadDim];
-  __shared__ float ps[kPrefillWarps][kQueriesPerWarp][kTile];
-  __shared__ int tile_range[2];
-  __shared__ int64_t tile_rows[kTile];  // pool row offsets (row * ld) of the tile's keys
-  const int hd = p.head_dim, head = blockIdx.y;
-  const int kvh = head / (p.n_heads / p.n_kv_heads);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kQueryTile;
+  extern __shared__ __align__(16) __half smem[];
+  __shared__ int block_range[2];
+  const int hd = p.head_dim, stride = padded_row(hd), width = (hd + 15) / 16 * 16;
+  const int head = blockIdx.y, kvh = head / (p.n_heads / p.n_kv_heads);
+  // The last query tiles see the most keys: they start first.
+  const int64_t t0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kQueryTile;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  __half* q_tile = smem;
+  __half* k_tiles = q_tile + kQueryTile * stride;      // [2][kKeyTile][stride]
+  __half* v_tiles = k_tiles + 2 * kKeyTile * stride;  // [2][kKeyTile][stride]
 
-  for (int i = threadIdx.x; i < kQueryTile * hd; i += blockDim.x) {
-    const int r = i / hd, d = i % hd;
-    qs[r][d] = t0 + r < n ? q[(t0 + r) * ldq + static_cast<int64_t>(head) * hd + d] : 0.0f;
+  // Positions are the step's inputs (uploaded before its first kernel): read before the wait.
+  RowState<KT> st;
+  int warp_lo = INT_MAX, warp_hi = -1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t t = t0 + warp * kRowsPerWarp + lane / 4 + 8 * h;
+    st.pos[h] = t < n ? positions[t] : -1;
+    st.first[h] = p.sliding_window > 0 ? max(0, st.pos[h] - p.sliding_window + 1) : 0;
+    st.m[h] = -INFINITY;
+    st.l[h] = 0.0f;
+    if (st.pos[h] >= 0) warp_lo = min(warp_lo, st.first[h]), warp_hi = max(warp_hi, st.pos[h]);
   }
+#pragma unroll
+  for (int n = 0; n < 2 * KT; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    warp_lo = min(warp_lo, __shfl_xor_sync(0xffffffffu, warp_lo, o));
+    warp_hi = max(warp_hi, __shfl_xor_sync(0xffffffffu, warp_hi, o));
+  }
+  __shared__ int warp_ranges[kPrefillWarps][2];
+  if (lane == 0) warp_ranges[warp][0] = warp_lo, warp_ranges[warp][1] = warp_hi;
+  __syncthreads();
   if (threadIdx.x == 0) {
-    int lo = 0x7fffffff, hi = -1;
-    for (int r = 0; r < kQueryTile && t0 + r < n; ++r) {
-      const int pos = positions[t0 + r];
-      lo = min(lo, p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0);
-      hi = max(hi, pos);
-    }
-    tile_range[0] = lo;
-    tile_range[1] = hi;
+    int lo = INT_MAX, hi = -1;
+    for (int w = 0; w < kPrefillWarps; ++w) lo = min(lo, warp_ranges[w][0]), hi = max(hi, warp_ranges[w][1]);
+    block_range[0] = lo;
+    block_range[1] = hi;
   }
   __syncthreads();
+  const int lo = block_range[0], hi = block_range[1];
 
-  int my_pos[kQueriesPerWarp], my_first[kQueriesPerWarp];
-  float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][D];
-#pragma unroll
-  for (int i = 0; i < kQueriesPerWarp; ++i) {
-    const int64_t t = t0 + warp * kQueriesPerWarp + i;
-    my_pos[i] = t < n ? positions[t] : -1;
-    my_first[i] = p.sliding_window > 0 ? max(0, my_pos[i] - p.sliding_window + 1) : 0;
-    m[i] = -INFINITY;
-    l[i] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < D; ++j) acc[i][j] = 0.0f;
-  }
-
-  const int first_key = tile_range[0] / kTile * kTile, last_key = tile_range[1];
+  grid_wait();  // q and the cache rows come from the previous kernel
   const int32_t* table = kv.table(0);
   const int64_t head_offset = static_cast<int64_t>(kvh) * hd;
-  for (int k0 = first_key; k0 <= last_key; k0 += kTile) {
-    __syncthreads();  // the previous tile is no longer read
-    if (threadIdx.x < kTile) {
-      const int j = k0 + static_cast<int>(threadIdx.x);
-      // Rows before the tile's first visible key (a sliding window's released blocks) are not read.
-      tile_rows[threadIdx.x] = j >= tile_range[0] && j <= last_key ? kv.row(table, j) * kv.ld + head_offset : -1;
+  const bool aligned = (hd & 7) == 0 && (kv.ld & 7) == 0;
+  const int first_tile = lo / kKeyTile, last_tile = hi / kKeyTile;
+  const int stage_halves = kKeyTile * stride;
+  load_kv_tile(kv, table, head_offset, hd, aligned, first_tile * kKeyTile, lo, hi, k_tiles, v_tiles);
+  copies_commit();
+  // Q (pre-scaled) as f16 rows while the first tile flies; rows past n and dims past hd zero.
+  for (int i = threadIdx.x; i < kQueryTile * width; i += blockDim.x) {
+    const int r = i / width, d = i % width;
+    const int64_t t = t0 + r;
+    const float x = t < n && d < hd ? q[t * ldq + static_cast<int64_t>(head) * hd + d] * p.scale : 0.0f;
+    q_tile[r * stride + d] = __float2half_rn(x);
+  }
+  for (int tile = first_tile; tile <= last_tile; ++tile) {
+    const int stage = (tile - first_tile) & 1;
+    if (tile < last_tile) {
+      const int next = stage ^ 1;
+      load_kv_tile(kv, table, head_offset, hd, aligned, (tile + 1) * kKeyTile, lo, hi, k_tiles + next * stage_halves,
+                   v_tiles + next * stage_halves);
+      copies_commit();
+      copies_wait<1>();
+    } else {
+      copies_wait<0>();
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kTile * hd; i += blockDim.x) {
-      const int r = i / hd, d = i % hd;
-      const int64_t row = tile_rows[r];
-      ks[r][d] = row >= 0 ? __half2float(kv.k[row + d]) : 0.0f;
-      vs[r][d] = row >= 0 ? __half2float(kv.v[row + d]) : 0.0f;
-    }
-    __syncthreads();
-    // Scores: lane = key k0 + lane, for this warp's queries.
-    float s[kQueriesPerWarp];
-#pragma unroll
-    for (int i = 0; i < kQueriesPerWarp; ++i) s[i] = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      const float kd = ks[lane][d];
-#pragma unroll
-      for (int i = 0; i < kQueriesPerWarp; ++i) s[i] = fmaf(qs[warp * kQueriesPerWarp + i][d], kd, s[i]);
-    }
-    const int key = k0 + lane;
-#pragma unroll
-    for (int i = 0; i < kQueriesPerWarp; ++i) {
-      float score = s[i] * p.scale;
-      if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
-      const bool visible = key <= my_pos[i] && key >= my_first[i];
-      score = visible ? score : -INFINITY;
-      const float tile_max = warp_max(score);
-      const float m_new = fmaxf(m[i], tile_max);
-      const float weight = m_new == -INFINITY ? 0.0f : expf(score - m_new);
-      const float correction = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
-      l[i] = l[i] * correction + warp_sum(weight);
-      m[i] = m_new;
-      ps[warp][i][lane] = weight;
-#pragma unroll
-      for (int j = 0; j < D; ++j) acc[i][j] *= correction;
-    }
-    __syncwarp();
-    // P·V: lane owns head dims lane + 32 j.
-    for (int r = 0; r < kTile; ++r) {
-      float v[D];
-#pragma unroll
-      for (int j = 0; j < D; ++j) v[j] = lane + j * kWarp < hd ? vs[r][lane + j * kWarp] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kQueriesPerWarp; ++i) {
-        const float pr = ps[warp][i][r];
-#pragma unroll
-        for (int j = 0; j < D; ++j) acc[i][j] = fmaf(pr, v[j], acc[i][j]);
-      }
-    }
-    __syncwarp();
+    const int k0 = tile * kKeyTile;
+    if (k0 <= warp_hi && k0 + kKeyTile - 1 >= warp_lo)
+      attend_tile<KT>(q_tile + warp * kRowsPerWarp * stride, k_tiles + stage * stage_halves,
+                      v_tiles + stage * stage_halves, hd, p, k0, lane, st);
+    __syncthreads();  // the stage is free for the tile after next
   }
 #pragma unroll
-  for (int i = 0; i < kQueriesPerWarp; ++i) {
-    const int64_t t = t0 + warp * kQueriesPerWarp + i;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t t = t0 + warp * kRowsPerWarp + lane / 4 + 8 * h;
     if (t >= n) continue;
+    float* row = out + t * ldo + static_cast<int64_t>(head) * hd;
 #pragma unroll
-    for (int j = 0; j < D; ++j) {
-      const int d = lane + j * kWarp;
-      if (d < hd) out[t * ldo + static_cast<int64_t>(head) * hd + d] = l[i] > 0.0f ? acc[i][j] / l[i] : 0.0f;
-    }
+    for (int nn = 0; nn < 2 * KT; ++nn)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = nn * 8 + (lane % 4) * 2 + e;
+        if (d < hd) row[d] = st.l[h] > 0.0f ? st.o[nn][2 * h + e] / st.l[h] : 0.0f;
+      }
   }
 }
 
@@ -142,15 +264,22 @@ bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv) {
 
 void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
                        const AttentionParams& p, float* out, int64_t ldo, cudaStream_t stream) {
+  if (n == 0) return;
   const Pages pages = pages_of(kv);
   const dim3 grid(blocks_for(n, kQueryTile), static_cast<unsigned>(p.n_heads));
-  const int threads = kPrefillWarps * kWarp;
+  const auto run = [&](auto kernel, int max_head_dim) {
+    allow_shared_memory(reinterpret_cast<const void*>(kernel), static_cast<int>(prefill_block_bytes(max_head_dim)));
+    launch(kernel, grid, kPrefillWarps * kWarp, prefill_block_bytes(p.head_dim), stream, q, n, ldq, pages, positions,
+           p, out, ldo);
+  };
   if (p.head_dim <= 32)
-    launch(attention_prefill_kernel<1>, grid, threads, 0, stream, q, n, ldq, pages, positions, p, out, ldo);
+    run(attention_prefill_kernel<2>, 32);
   else if (p.head_dim <= 64)
-    launch(attention_prefill_kernel<2>, grid, threads, 0, stream, q, n, ldq, pages, positions, p, out, ldo);
+    run(attention_prefill_kernel<4>, 64);
+  else if (p.head_dim <= 128)
+    run(attention_prefill_kernel<8>, 128);
   else
-    launch(attention_prefill_kernel<4>, grid, threads, 0, stream, q, n, ldq, pages, positions, p, out, ldo);
+    run(attention_prefill_kernel<16>, kMaxPrefillHeadDim);
 }
 
 }  // namespace kettle::cuda

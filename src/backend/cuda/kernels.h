@@ -71,7 +71,7 @@ void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const 
                const AttentionParams& p, float* out, int64_t ldo, float* partial, unsigned* arrivals,
                cudaStream_t stream);
 
-// ---- attention_prefill.cu: many queries of one sequence (head_dim ≤ 128) ------------------
+// ---- attention_prefill.cu: many queries of one sequence, tensor cores (head_dim ≤ 256) ------
 // Only for kv.table_stride == 0: every query reads the one block table at kv.tables.
 bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv);
 void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
