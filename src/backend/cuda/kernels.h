@@ -93,6 +93,16 @@ void moe_gate_up(const float* x, int64_t n, int64_t hidden, const int32_t* ids, 
 void moe_down(const float* h, int64_t n, int64_t inter, const int32_t* ids, const float* weights, int top_k,
               const Bf16* const* down, int64_t hidden, float* out, cudaStream_t stream);
 
+// ---- moe_grouped.cu: prompt rows as grouped GEMMs ------------------------------------------
+bool moe_grouped_supported(int64_t hidden, int64_t inter);  // both multiples of 8
+int64_t moe_grouped_workspace_bytes(int64_t n, int top_k, int n_experts, int64_t hidden);
+// The same result as moe_gate_up + moe_down for n rows routed by ids/weights [n, top_k]:
+// h [n, top_k, inter] as moe_gate_up writes it (scratch), out [n, hidden]. table: [gate | up | down]
+// device pointers, n_experts each. workspace: moe_grouped_workspace_bytes.
+void moe_grouped(const float* x, int64_t n, int64_t hidden, const int32_t* ids, const float* weights, int top_k,
+                 int n_experts, const Bf16* const* table, int64_t inter, Activation act, float* h, float* out,
+                 void* workspace, cudaStream_t stream);
+
 // ---- sampling.cu ---------------------------------------------------------------------------
 // arrivals: [rows] counters, zero before the first call (each call leaves its own zero; keep
 // them apart from anything else: a later call of more rows reads counters past these);

@@ -478,10 +478,17 @@ TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
   }
 }
 
+// Decode rows through the expert GEMVs, prompt rows through the grouped GEMMs (several
+// row tiles per expert at 300 rows), and a step of both; each against the CPU, and a
+// prompt row the same bits whatever chunk it is in.
 TEST_F(CudaOpsTest, MixtureOfExperts) {
-  for (int64_t n : {1, 5}) {
-    const int64_t hidden = 64, inter = 48;
-    const int n_experts = 8;
+  struct Shape {
+    int64_t hidden, inter;
+    int n_experts, top_k;
+  };
+  for (const Shape& shape : {Shape{64, 48, 8, 2}, Shape{256, 96, 16, 4}}) {
+    const int64_t hidden = shape.hidden, inter = shape.inter;
+    const int n_experts = shape.n_experts;
     Bf16Weight router({n_experts, hidden}, rng_);
     std::vector<Bf16Weight> weights;
     for (int e = 0; e < 3 * n_experts; ++e)
@@ -495,17 +502,33 @@ TEST_F(CudaOpsTest, MixtureOfExperts) {
       cpu_experts.push_back({g, u, d});
       gpu_experts.push_back({gpu_->resident(g), gpu_->resident(u), gpu_->resident(d)});
     }
-    auto x = random_vec(static_cast<size_t>(n * hidden), rng_);
-    for (bool renorm : {true, false}) {
-      MoeParams params{2, renorm, Activation::kSilu};
-      std::vector<float> ref(x.size(), NAN);
-      cpu_->moe(x.data(), n, hidden, router.tensor, cpu_experts, params, ref.data());
+    const Tensor& gpu_router = gpu_->resident(router.tensor);
+    const auto run = [&](const float* dx, int64_t n, int64_t decode_rows, const MoeParams& params) {
+      auto dout = poisoned(static_cast<size_t>(n * hidden));
+      ctx_.decode_rows = decode_rows;
+      gpu_->run_step(ctx_, 0, [&] { gpu_->moe(dx, n, hidden, gpu_router, gpu_experts, params, dout.data()); });
+      return down(dout);
+    };
+    for (int64_t n : {1, 5, 300}) {
+      auto x = random_vec(static_cast<size_t>(n * hidden), rng_);
       auto dx = up(x);
-      auto dout = poisoned(x.size());
-      gpu_->moe(dx.data(), n, hidden, gpu_->resident(router.tensor), gpu_experts, params, dout.data());
-      EXPECT_LE(rel_err(down(dout), ref), 1e-2) << "n " << n << " renormalize " << renorm;
+      for (bool renorm : {true, false}) {
+        MoeParams params{shape.top_k, renorm, Activation::kSilu};
+        std::vector<float> ref(x.size(), NAN);
+        cpu_->moe(x.data(), n, hidden, router.tensor, cpu_experts, params, ref.data());
+        for (int64_t decode_rows : {int64_t{0}, n, n / 2}) {
+          EXPECT_LE(rel_err(run(dx.data(), n, decode_rows, params), ref), 1e-4)
+              << "hidden " << hidden << " n " << n << " decode rows " << decode_rows << " renormalize " << renorm;
+        }
+        if (n < 300) continue;
+        const auto whole = run(dx.data(), n, 0, params);
+        const auto tail = run(dx.data() + 100 * hidden, n - 100, 0, params);
+        EXPECT_EQ(std::memcmp(tail.data(), whole.data() + 100 * hidden, tail.size() * sizeof(float)), 0)
+            << "prompt rows [100, " << n << ") alone differ from the same rows in the whole call";
+      }
     }
   }
+  ctx_.decode_rows = 0;
 }
 
 // A recorded step replays with new per-step values read from device memory.

@@ -14,6 +14,22 @@
 namespace kettle {
 namespace {
 
+// The MoE presets against their model cards: Qwen3-30B-A3B "30.5B in total, 3.3B
+// activated", Mixtral 8x7B "46.7B total parameters".
+TEST(MemoryPlan, MoePresetsMatchTheirPublishedSizes) {
+  const ModelSpec qwen = synthetic_spec("qwen3-30b-a3b");
+  EXPECT_EQ(qwen.n_experts, 128);
+  EXPECT_EQ(qwen.experts_per_token, 8);
+  EXPECT_EQ(qwen.expert_intermediate_size, 768);
+  const double qwen_params = static_cast<double>(plan_memory(qwen, 1, 2, 2).weight_bytes) / 2;
+  EXPECT_NEAR(qwen_params / 1e9, 30.5, 0.1);
+  const ModelSpec mixtral = synthetic_spec("mixtral-8x7b");
+  EXPECT_EQ(mixtral.n_experts, 8);
+  EXPECT_EQ(mixtral.experts_per_token, 2);
+  const double mixtral_params = static_cast<double>(plan_memory(mixtral, 1, 2, 2).weight_bytes) / 2;
+  EXPECT_NEAR(mixtral_params / 1e9, 46.7, 0.1);
+}
+
 TEST(MemoryPlan, Llama31_8bWeightsAndKvMatchItsPublishedSize) {
   const ModelSpec spec = synthetic_spec("llama-3.1-8b");
   const MemoryPlan plan = plan_memory(spec, 1, 2, 2);
