@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "backend/backend.h"
@@ -114,17 +115,32 @@ TEST_P(GoldenCudaTest, LongPromptLogitsMatchTheCpuWholeAndChunked) {
   };
   auto cpu = make_backend("cpu", 0);
   const std::vector<float> reference = logits_of(*cpu, kLength);
+  // A mixture of experts routes by a discrete top-k: where two experts' router logits tie
+  // to within the backends' rounding, the two pick different experts and that position's
+  // logits part ways (a flip, not drift). Among 8,192 random tokens a few such ties occur,
+  // so MoE models may have up to 0.2 % of positions past the tolerance; dense models none.
+  const int64_t allowed = model.spec.n_experts > 0 ? kLength / 500 : 0;
+  std::vector<float> first;
   for (int64_t chunk : {kLength, int64_t{1000}, int64_t{333}}) {
     const std::vector<float> got = logits_of(*backend_, chunk);
-    double worst = 0;
+    std::vector<double> errors;
     for (int64_t p = 0; p < kLength; ++p) {
       const double err = relative_error(got.data() + p * model.spec.vocab_size,
                                         reference.data() + p * model.spec.vocab_size, model.spec.vocab_size);
-      worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+      errors.push_back(std::isnan(err) ? INFINITY : err);
     }
-    EXPECT_LE(worst, kBf16LogitTolerance) << "chunks of " << chunk;
-    std::printf("[ golden ] %s %lld-token prompt in chunks of %lld: worst logit relative error vs CPU %.2e\n",
-                GetParam().c_str(), static_cast<long long>(kLength), static_cast<long long>(chunk), worst);
+    const auto past = std::count_if(errors.begin(), errors.end(), [](double e) { return e > kBf16LogitTolerance; });
+    std::sort(errors.begin(), errors.end());
+    EXPECT_LE(past, allowed) << "chunks of " << chunk;
+    EXPECT_LE(errors[errors.size() / 2], kBf16LogitTolerance / 4) << "chunks of " << chunk << ": the median";
+    std::printf("[ golden ] %s %lld-token prompt in chunks of %lld vs CPU: median %.2e, worst %.2e, %lld past %.0e\n",
+                GetParam().c_str(), static_cast<long long>(kLength), static_cast<long long>(chunk),
+                errors[errors.size() / 2], errors.back(), static_cast<long long>(past), kBf16LogitTolerance);
+    // A prompt token's logits do not depend on the chunk it was in: the same bits.
+    if (first.empty())
+      first = got;
+    else
+      EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)), 0) << "chunks of " << chunk;
   }
 }
 

@@ -32,6 +32,12 @@ constexpr int kChunk = kAttnWarps * kWarp;  // keys per block: one tile of 32 pe
 constexpr int kMmaRows = 16;                // query heads per block at most: the MMA's M
 constexpr int kMaxSplits = 64;              // chunks per query at most (their merge weights sit in shared memory)
 
+// Floats of one chunk's partial result: the head's values, its max and its mass, padded
+// to a multiple of four so the merge reads each slot's values 16 bytes at a time.
+__host__ __device__ constexpr int slot_floats(int hd) {
+  return (hd + 2 + 3) / 4 * 4;
+}
+
 // Dynamic shared memory of one block: K tiles [warps][32][row], V tiles likewise, then
 // Q's hi and lo halves [G + 1][row] each (row G is zeros: MMA rows past G read it).
 // After the MMAs the tile area holds the merge's floats: the warps' states
@@ -290,7 +296,7 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
     if (splits == 1) {
       out[t * ldo + static_cast<int64_t>(head) * hd + d] = sum > 0.0f ? value / sum : 0.0f;
     } else {
-      float* slot = partial + ((t * p.n_heads + head) * splits + split) * (hd + 2);
+      float* slot = partial + ((t * p.n_heads + head) * splits + split) * slot_floats(hd);
       slot[d] = value;
       if (d == 0) {
         slot[hd] = big;
@@ -323,9 +329,9 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp, 3)
     attend_chunk<KT>(q, ldq, kv, p, group, splits, t, split, head0, chunk_begin, begin, end, out, ldo, partial);
   } else {
     grid_wait();
-    for (int i = threadIdx.x; splits > 1 && i < group * (hd + 2); i += blockDim.x) {
-      const int g = i / (hd + 2), d = i % (hd + 2);
-      partial[((t * p.n_heads + head0 + g) * splits + split) * (hd + 2) + d] = d == hd ? -INFINITY : 0.0f;
+    for (int i = threadIdx.x; splits > 1 && i < group * slot_floats(hd); i += blockDim.x) {
+      const int g = i / slot_floats(hd), d = i % slot_floats(hd);
+      partial[((t * p.n_heads + head0 + g) * splits + split) * slot_floats(hd) + d] = d == hd ? -INFINITY : 0.0f;
     }
   }
   if (splits == 1) return;
@@ -345,28 +351,40 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp, 3)
   extern __shared__ __align__(16) __half smem[];
   float* sm_w = reinterpret_cast<float*>(smem);  // [group][kMaxSplits]
   for (int g = warp; g < group; g += kAttnWarps) {
-    const float* slots = partial + (t * p.n_heads + head0 + g) * splits * (hd + 2);
+    const float* slots = partial + (t * p.n_heads + head0 + g) * splits * slot_floats(hd);
     float big = -INFINITY;
     for (int c = lane; c < splits; c += kWarp)
-      if (__ldcg(slots + c * (hd + 2) + hd + 1) > 0.0f) big = fmaxf(big, __ldcg(slots + c * (hd + 2) + hd));
+      if (__ldcg(slots + c * slot_floats(hd) + hd + 1) > 0.0f) big = fmaxf(big, __ldcg(slots + c * slot_floats(hd) + hd));
     big = warp_max(big);
     float sum = 0.0f;
     for (int c = lane; c < splits; c += kWarp) {
-      const float l_c = __ldcg(slots + c * (hd + 2) + hd + 1);
-      if (l_c > 0.0f) sum += l_c * expf(__ldcg(slots + c * (hd + 2) + hd) - big);
+      const float l_c = __ldcg(slots + c * slot_floats(hd) + hd + 1);
+      if (l_c > 0.0f) sum += l_c * expf(__ldcg(slots + c * slot_floats(hd) + hd) - big);
     }
     sum = warp_sum(sum);
     for (int c = lane; c < splits; c += kWarp)
-      sm_w[g * kMaxSplits + c] = sum > 0.0f ? expf(__ldcg(slots + c * (hd + 2) + hd) - big) / sum : 0.0f;
+      sm_w[g * kMaxSplits + c] = sum > 0.0f ? expf(__ldcg(slots + c * slot_floats(hd) + hd) - big) / sum : 0.0f;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
-    const int g = idx / hd, d = idx % hd, head = head0 + g;
-    const float* slots = partial + (t * p.n_heads + head) * splits * (hd + 2);
-    float value = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < splits; ++c) value = fmaf(__ldcg(slots + c * (hd + 2) + d), sm_w[g * kMaxSplits + c], value);
-    out[t * ldo + static_cast<int64_t>(head) * hd + d] = value;
+  // Four dims per thread (slots are 16-byte aligned), many chunks' loads in flight: this
+  // block's merge is the tail every other block of the step waits behind.
+  const int slot = slot_floats(hd), quads = (hd + 3) / 4;
+  for (int idx = threadIdx.x; idx < group * quads; idx += blockDim.x) {
+    const int g = idx / quads, d = (idx % quads) * 4, head = head0 + g;
+    const float* slots = partial + (t * p.n_heads + head) * splits * slot + d;
+    float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+    for (int c = 0; c < splits; ++c) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(slots + c * slot));
+      const float w = sm_w[g * kMaxSplits + c];
+      value.x = fmaf(v.x, w, value.x);
+      value.y = fmaf(v.y, w, value.y);
+      value.z = fmaf(v.z, w, value.z);
+      value.w = fmaf(v.w, w, value.w);
+    }
+    float* row = out + t * ldo + static_cast<int64_t>(head) * hd;
+    const float values[4] = {value.x, value.y, value.z, value.w};
+    for (int e = 0; e < 4 && d + e < hd; ++e) row[d + e] = values[e];
   }
   if (threadIdx.x == 0) *arrival = 0;
 }
@@ -399,7 +417,7 @@ void allow_shared_memory(const void* kernel, int bytes) {
 
 int64_t attention_partial_floats(int64_t n, int64_t max_kv, const AttentionParams& p) {
   const int64_t splits = splits_for(max_kv);
-  return splits > 1 ? n * p.n_heads * splits * (p.head_dim + 2) : 0;
+  return splits > 1 ? n * p.n_heads * splits * slot_floats(p.head_dim) : 0;
 }
 
 void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions, int64_t max_kv,

@@ -24,15 +24,20 @@ namespace kettle::cuda {
 namespace {
 
 constexpr int kPrefillWarps = 4;
-constexpr int kRowsPerWarp = 16;                           // the MMA's M
-constexpr int kQueryTile = kPrefillWarps * kRowsPerWarp;  // queries per block
-constexpr int kKeyTile = 64;                               // keys per shared-memory stage
+constexpr int kKeyTile = 64;  // keys per shared-memory stage
 constexpr int kMaxPrefillHeadDim = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Queries per block: MR blocks of 16 rows (the MMA's M) per warp. Two for head_dim ≤ 128,
+// so each K and V fragment read from shared memory feeds two MMAs; one for 256 (registers).
+template <int MR>
+__host__ __device__ constexpr int query_tile() {
+  return kPrefillWarps * 16 * MR;
+}
+
 // Dynamic shared memory: the query tile, then two stages of key and value tiles.
-size_t prefill_block_bytes(int hd) {
-  return static_cast<size_t>(kQueryTile + 4 * kKeyTile) * padded_row(hd) * sizeof(__half);
+size_t prefill_block_bytes(int hd, int query_rows) {
+  return static_cast<size_t>(query_rows + 4 * kKeyTile) * padded_row(hd) * sizeof(__half);
 }
 
 // Keys [k0, k0 + 64) of this head into a stage: rows outside [lo, hi] (before the block's
@@ -67,107 +72,127 @@ __device__ __forceinline__ void load_kv_tile(const Pages& kv, const int32_t* tab
   }
 }
 
-// The online-softmax state of a warp's 16 query rows: this lane holds rows lane/4 (h = 0)
-// and lane/4 + 8 (h = 1), and of O the dims 8n + 2(lane % 4) + {0, 1}.
-template <int KT>
+// The online-softmax state of a warp's MR × 16 query rows: of row block r this lane holds
+// rows lane/4 (h = 0) and lane/4 + 8 (h = 1), and of O the dims 8n + 2(lane % 4) + {0, 1}.
+template <int KT, int MR>
 struct RowState {
-  float o[2 * KT][4];
-  float m[2], l[2];
-  int pos[2], first[2];  // a row's visible keys: [first, pos]; pos -1 for rows past n
+  float o[MR][2 * KT][4];
+  float m[MR][2], l[MR][2];
+  int pos[MR][2], first[MR][2];  // a row's visible keys: [first, pos]; pos -1 for rows past n
 };
 
 // One key tile [k0, k0 + 64) for this warp's rows: scores, masking, the softmax update and
-// P·V. q_rows: the warp's 16 query rows in shared memory.
-template <int KT>
+// P·V. q_rows: the warp's MR × 16 query rows in shared memory.
+template <int KT, int MR>
 __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* k_tile, const __half* v_tile, int hd,
-                                            const AttentionParams& p, int k0, int lane, RowState<KT>& st) {
+                                            const AttentionParams& p, int k0, int lane, RowState<KT, MR>& st) {
   const int stride = padded_row(hd), steps = (hd + 15) / 16;
-  float s[kKeyTile / 8][4];
+  float s[MR][kKeyTile / 8][4];
 #pragma unroll
-  for (int j = 0; j < kKeyTile / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  for (int r = 0; r < MR; ++r)
+#pragma unroll
+    for (int j = 0; j < kKeyTile / 8; ++j) s[r][j][0] = s[r][j][1] = s[r][j][2] = s[r][j][3] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < KT; ++ks) {
     if (ks >= steps) break;
-    uint32_t a[4];
-    load_matrices(a, q_rows + (lane % 16) * stride + ks * 16 + (lane / 16) * 8);
+    uint32_t a[MR][4];
+#pragma unroll
+    for (int r = 0; r < MR; ++r)
+      load_matrices(a[r], q_rows + (r * 16 + lane % 16) * stride + ks * 16 + (lane / 16) * 8);
 #pragma unroll
     for (int pair = 0; pair < kKeyTile / 16; ++pair) {
       uint32_t b[4];  // keys 16 pair + [0, 8) and + [8, 16), dims 16 ks + [0, 8) and + [8, 16)
       load_matrices(b, k_tile + (pair * 16 + lane % 8 + (lane / 16) * 8) * stride + ks * 16 + ((lane / 8) % 2) * 8);
-      mma(s[2 * pair], a, b[0], b[1]);
-      mma(s[2 * pair + 1], a, b[2], b[3]);
-    }
-  }
-  // Mask and the tile's max per row (a row's 4 lanes reduce).
-  float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int j = 0; j < kKeyTile / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int key = k0 + j * 8 + (lane % 4) * 2 + e;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float& x = s[j][2 * h + e];
-        if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-        x = key >= st.first[h] && key <= st.pos[h] ? x : -INFINITY;
-        tile_max[h] = fmaxf(tile_max[h], x);
+      for (int r = 0; r < MR; ++r) {
+        mma(s[r][2 * pair], a[r], b[0], b[1]);
+        mma(s[r][2 * pair + 1], a[r], b[2], b[3]);
       }
     }
-  float correction[2], row_sum[2] = {0.0f, 0.0f}, m_new[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-    m_new[h] = fmaxf(st.m[h], tile_max[h]);
-    correction[h] = m_new[h] == -INFINITY ? 1.0f : exp2f((st.m[h] - m_new[h]) * kLog2e);
   }
 #pragma unroll
-  for (int j = 0; j < kKeyTile / 8; ++j)
+  for (int r = 0; r < MR; ++r) {
+    // Mask and the tile's max per row (a row's 4 lanes reduce).
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
+    for (int j = 0; j < kKeyTile / 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float& x = s[j][2 * h + e];
-        x = x == -INFINITY ? 0.0f : exp2f((x - m_new[h]) * kLog2e);
-        row_sum[h] += x;
+      for (int e = 0; e < 2; ++e) {
+        const int key = k0 + j * 8 + (lane % 4) * 2 + e;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& x = s[r][j][2 * h + e];
+          if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+          x = key >= st.first[r][h] && key <= st.pos[r][h] ? x : -INFINITY;
+          tile_max[h] = fmaxf(tile_max[h], x);
+        }
       }
+    float correction[2], row_sum[2] = {0.0f, 0.0f}, m_new[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-    st.l[h] = st.l[h] * correction[h] + row_sum[h];
-    st.m[h] = m_new[h];
-  }
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      m_new[h] = fmaxf(st.m[r][h], tile_max[h]);
+      correction[h] = m_new[h] == -INFINITY ? 1.0f : exp2f((st.m[r][h] - m_new[h]) * kLog2e);
+    }
 #pragma unroll
-  for (int n = 0; n < 2 * KT; ++n) {
-    st.o[n][0] *= correction[0];
-    st.o[n][1] *= correction[0];
-    st.o[n][2] *= correction[1];
-    st.o[n][3] *= correction[1];
+    for (int j = 0; j < kKeyTile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& x = s[r][j][2 * h + e];
+          x = x == -INFINITY ? 0.0f : exp2f((x - m_new[h]) * kLog2e);
+          row_sum[h] += x;
+        }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+      st.l[r][h] = st.l[r][h] * correction[h] + row_sum[h];
+      st.m[r][h] = m_new[h];
+    }
+#pragma unroll
+    for (int n = 0; n < 2 * KT; ++n) {
+      st.o[r][n][0] *= correction[0];
+      st.o[r][n][1] *= correction[0];
+      st.o[r][n][2] *= correction[1];
+      st.o[r][n][3] *= correction[1];
+    }
   }
   // O += P·V: the weights of 16 keys form an A fragment straight from two S tiles.
 #pragma unroll
   for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-    const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                           pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                           pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    uint32_t a[MR][4];
+#pragma unroll
+    for (int r = 0; r < MR; ++r) {
+      a[r][0] = pack_half2(s[r][2 * kk][0], s[r][2 * kk][1]);
+      a[r][1] = pack_half2(s[r][2 * kk][2], s[r][2 * kk][3]);
+      a[r][2] = pack_half2(s[r][2 * kk + 1][0], s[r][2 * kk + 1][1]);
+      a[r][3] = pack_half2(s[r][2 * kk + 1][2], s[r][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < KT; ++dp) {
       if (dp >= steps) break;
       uint32_t b[4];  // keys 16 kk + [0, 8) and + [8, 16), dims 16 dp + [0, 8) and + [8, 16)
       load_matrices<true>(b, v_tile + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * stride + dp * 16 + (lane / 16) * 8);
-      mma(st.o[2 * dp], a, b[0], b[1]);
-      mma(st.o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int r = 0; r < MR; ++r) {
+        mma(st.o[r][2 * dp], a[r], b[0], b[1]);
+        mma(st.o[r][2 * dp + 1], a[r], b[2], b[3]);
+      }
     }
   }
 }
 
-template <int KT>  // 16-dim steps of head_dim (≤ 16 KT)
+template <int KT, int MR>  // KT: 16-dim steps of head_dim (≤ 16 KT); MR: row blocks per warp
 __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     attention_prefill_kernel(const float* __restrict__ q, int64_t n, int64_t ldq, Pages kv,
                              const int32_t* __restrict__ positions, AttentionParams p, float* out, int64_t ldo) {
+  constexpr int kQueryTile = query_tile<MR>(), kWarpRows = 16 * MR;
   extern __shared__ __align__(16) __half smem[];
   __shared__ int block_range[2];
+  __shared__ int warp_ranges[kPrefillWarps][2];
   const int hd = p.head_dim, stride = padded_row(hd), width = (hd + 15) / 16 * 16;
   const int head = blockIdx.y, kvh = head / (p.n_heads / p.n_kv_heads);
   // The last query tiles see the most keys: they start first.
@@ -178,25 +203,26 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
   __half* v_tiles = k_tiles + 2 * kKeyTile * stride;  // [2][kKeyTile][stride]
 
   // Positions are the step's inputs (uploaded before its first kernel): read before the wait.
-  RowState<KT> st;
+  RowState<KT, MR> st;
   int warp_lo = INT_MAX, warp_hi = -1;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t t = t0 + warp * kRowsPerWarp + lane / 4 + 8 * h;
-    st.pos[h] = t < n ? positions[t] : -1;
-    st.first[h] = p.sliding_window > 0 ? max(0, st.pos[h] - p.sliding_window + 1) : 0;
-    st.m[h] = -INFINITY;
-    st.l[h] = 0.0f;
-    if (st.pos[h] >= 0) warp_lo = min(warp_lo, st.first[h]), warp_hi = max(warp_hi, st.pos[h]);
-  }
+  for (int r = 0; r < MR; ++r)
 #pragma unroll
-  for (int n = 0; n < 2 * KT; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
+    for (int h = 0; h < 2; ++h) {
+      const int64_t t = t0 + warp * kWarpRows + r * 16 + lane / 4 + 8 * h;
+      st.pos[r][h] = t < n ? positions[t] : -1;
+      st.first[r][h] = p.sliding_window > 0 ? max(0, st.pos[r][h] - p.sliding_window + 1) : 0;
+      st.m[r][h] = -INFINITY;
+      st.l[r][h] = 0.0f;
+      if (st.pos[r][h] >= 0) warp_lo = min(warp_lo, st.first[r][h]), warp_hi = max(warp_hi, st.pos[r][h]);
+#pragma unroll
+      for (int nn = 0; nn < 2 * KT; ++nn) st.o[r][nn][2 * h] = st.o[r][nn][2 * h + 1] = 0.0f;
+    }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     warp_lo = min(warp_lo, __shfl_xor_sync(0xffffffffu, warp_lo, o));
     warp_hi = max(warp_hi, __shfl_xor_sync(0xffffffffu, warp_hi, o));
   }
-  __shared__ int warp_ranges[kPrefillWarps][2];
   if (lane == 0) warp_ranges[warp][0] = warp_lo, warp_ranges[warp][1] = warp_hi;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -237,23 +263,25 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     __syncthreads();
     const int k0 = tile * kKeyTile;
     if (k0 <= warp_hi && k0 + kKeyTile - 1 >= warp_lo)
-      attend_tile<KT>(q_tile + warp * kRowsPerWarp * stride, k_tiles + stage * stage_halves,
-                      v_tiles + stage * stage_halves, hd, p, k0, lane, st);
+      attend_tile<KT, MR>(q_tile + warp * kWarpRows * stride, k_tiles + stage * stage_halves,
+                          v_tiles + stage * stage_halves, hd, p, k0, lane, st);
     __syncthreads();  // the stage is free for the tile after next
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t t = t0 + warp * kRowsPerWarp + lane / 4 + 8 * h;
-    if (t >= n) continue;
-    float* row = out + t * ldo + static_cast<int64_t>(head) * hd;
+  for (int r = 0; r < MR; ++r)
 #pragma unroll
-    for (int nn = 0; nn < 2 * KT; ++nn)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t t = t0 + warp * kWarpRows + r * 16 + lane / 4 + 8 * h;
+      if (t >= n) continue;
+      float* row = out + t * ldo + static_cast<int64_t>(head) * hd;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int d = nn * 8 + (lane % 4) * 2 + e;
-        if (d < hd) row[d] = st.l[h] > 0.0f ? st.o[nn][2 * h + e] / st.l[h] : 0.0f;
-      }
-  }
+      for (int nn = 0; nn < 2 * KT; ++nn)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int d = nn * 8 + (lane % 4) * 2 + e;
+          if (d < hd) row[d] = st.l[r][h] > 0.0f ? st.o[r][nn][2 * h + e] / st.l[r][h] : 0.0f;
+        }
+    }
 }
 
 }  // namespace
@@ -266,20 +294,21 @@ void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv
                        const AttentionParams& p, float* out, int64_t ldo, cudaStream_t stream) {
   if (n == 0) return;
   const Pages pages = pages_of(kv);
-  const dim3 grid(blocks_for(n, kQueryTile), static_cast<unsigned>(p.n_heads));
-  const auto run = [&](auto kernel, int max_head_dim) {
-    allow_shared_memory(reinterpret_cast<const void*>(kernel), static_cast<int>(prefill_block_bytes(max_head_dim)));
-    launch(kernel, grid, kPrefillWarps * kWarp, prefill_block_bytes(p.head_dim), stream, q, n, ldq, pages, positions,
-           p, out, ldo);
+  const auto run = [&](auto kernel, int max_head_dim, int query_rows) {
+    allow_shared_memory(reinterpret_cast<const void*>(kernel),
+                        static_cast<int>(prefill_block_bytes(max_head_dim, query_rows)));
+    const dim3 grid(blocks_for(n, query_rows), static_cast<unsigned>(p.n_heads));
+    launch(kernel, grid, kPrefillWarps * kWarp, prefill_block_bytes(p.head_dim, query_rows), stream, q, n, ldq, pages,
+           positions, p, out, ldo);
   };
   if (p.head_dim <= 32)
-    run(attention_prefill_kernel<2>, 32);
+    run(attention_prefill_kernel<2, 2>, 32, query_tile<2>());
   else if (p.head_dim <= 64)
-    run(attention_prefill_kernel<4>, 64);
+    run(attention_prefill_kernel<4, 2>, 64, query_tile<2>());
   else if (p.head_dim <= 128)
-    run(attention_prefill_kernel<8>, 128);
+    run(attention_prefill_kernel<8, 2>, 128, query_tile<2>());
   else
-    run(attention_prefill_kernel<16>, kMaxPrefillHeadDim);
+    run(attention_prefill_kernel<16, 1>, kMaxPrefillHeadDim, query_tile<1>());
 }
 
 }  // namespace kettle::cuda
