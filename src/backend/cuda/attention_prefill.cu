@@ -13,6 +13,7 @@
 // visible keys leaves that row's state unchanged bit for bit (max unchanged,
 // correction exactly 1, zero weights), and a warp skips tiles none of its rows
 // sees.
+#include <algorithm>
 #include <climits>
 
 #include "backend/cuda/common.cuh"
@@ -301,12 +302,25 @@ void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv
     launch(kernel, grid, kPrefillWarps * kWarp, prefill_block_bytes(p.head_dim, query_rows), stream, q, n, ldq, pages,
            positions, p, out, ldo);
   };
+  // Two row blocks per warp while the grid still fills the device twice over, else one
+  // (a short chunk over a long cache): a row's sums are the same either way, since they
+  // depend only on the key tiles, which sit at fixed positions.
+  static const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return std::max(count, 1);
+  }();
+  const bool wide = static_cast<int64_t>(blocks_for(n, query_tile<2>())) * p.n_heads >= 2 * sms;
   if (p.head_dim <= 32)
-    run(attention_prefill_kernel<2, 2>, 32, query_tile<2>());
+    wide ? run(attention_prefill_kernel<2, 2>, 32, query_tile<2>())
+         : run(attention_prefill_kernel<2, 1>, 32, query_tile<1>());
   else if (p.head_dim <= 64)
-    run(attention_prefill_kernel<4, 2>, 64, query_tile<2>());
+    wide ? run(attention_prefill_kernel<4, 2>, 64, query_tile<2>())
+         : run(attention_prefill_kernel<4, 1>, 64, query_tile<1>());
   else if (p.head_dim <= 128)
-    run(attention_prefill_kernel<8, 2>, 128, query_tile<2>());
+    wide ? run(attention_prefill_kernel<8, 2>, 128, query_tile<2>())
+         : run(attention_prefill_kernel<8, 1>, 128, query_tile<1>());
   else
     run(attention_prefill_kernel<16, 1>, kMaxPrefillHeadDim, query_tile<1>());
 }

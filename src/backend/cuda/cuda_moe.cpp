@@ -23,6 +23,9 @@ void CudaBackend::moe(const float* x, int64_t n, int64_t hidden, const Tensor& r
   const int n_experts = static_cast<int>(router.dim(0));
   const int64_t inter = experts.at(0).gate.dim(0);
   const int k = params.top_k;
+  if (n_experts > cuda::kMaxRoutedExperts || k < 1 || k > n_experts)
+    fail(ErrorCategory::kUnsupported, "cuda moe: {} experts, top {} (at most {} experts, 1 ≤ top-k ≤ experts)",
+         n_experts, k, cuda::kMaxRoutedExperts);
   const bool grouped = cuda::moe_grouped_supported(hidden, inter);
   const int64_t d = grouped ? std::min(n, context_.decode_rows) : n;  // rows through the GEMVs
   const int64_t pass = std::min(n - d, kGroupedRows);

@@ -81,6 +81,7 @@ void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv
 // logits[t, e] = router_e · x_t, x in f32 (no bf16 rounding: routing is a discrete choice).
 void router_logits(const float* x, int64_t n, int64_t hidden, const Bf16* router, int n_experts, float* logits,
                    cudaStream_t stream);
+constexpr int kMaxRoutedExperts = 512;  // route_top_k keeps 16 logits per lane in registers
 // Per token: softmax over logits [n, n_experts], top-k (ties to the lower index), weights
 // renormalised when asked. Writes ids [n, top_k] and weights [n, top_k], sorted by expert id.
 void route_top_k(const float* logits, int64_t n, int n_experts, int top_k, bool renormalize, int32_t* ids,

@@ -11,7 +11,7 @@
 namespace kettle::cuda {
 namespace {
 
-constexpr int kMaxTopK = 16;
+constexpr int kMaxExpertsPerLane = kMaxRoutedExperts / kWarp;
 constexpr int kMoeWarps = 4;
 
 // grid (experts / warps, n): one warp per router logit, x exact (MoE models keep exact
@@ -32,32 +32,40 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
   if (lane == 0) logits[t * n_experts + e] = y;
 }
 
-// One warp per token.
+// One warp per token; lane l holds the logits of experts l, l + 32, ... in registers
+// (no local arrays: a chosen expert is a bit in its lane's mask). Selection runs in
+// descending probability (ties to the lower index); the chosen are then written in
+// expert order, as transformers' index_add_ sums them, each lane placing its own.
 __global__ void route_top_k_kernel(const float* __restrict__ logits, int n_experts, int top_k, bool renormalize,
                                    int32_t* ids, float* weights) {
   grid_wait();
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x;
   const float* l = logits + t * n_experts;
+  float v[kMaxExpertsPerLane];
   float big = -INFINITY;
-  for (int e = lane; e < n_experts; e += kWarp) big = fmaxf(big, l[e]);
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    v[i] = e < n_experts ? l[e] : -INFINITY;
+    big = fmaxf(big, v[i]);
+  }
   big = warp_max(big);
   float sum = 0.0f;
-  for (int e = lane; e < n_experts; e += kWarp) sum += expf(l[e] - big);
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i)
+    if (lane + i * kWarp < n_experts) sum += expf(v[i] - big);
   sum = warp_sum(sum);
-  int chosen[kMaxTopK];
-  float prob[kMaxTopK];
-  float top_sum = 0.0f;
+  uint32_t taken = 0;
+  float top_sum = 0.0f;  // in selection order, as lane 0 adds them
   for (int s = 0; s < top_k; ++s) {
-    // Best not yet chosen: larger probability first, lower index on ties.
     float best = -INFINITY;
     int best_e = n_experts;
-    for (int e = lane; e < n_experts; e += kWarp) {
-      bool taken = false;
-      for (int c = 0; c < s; ++c) taken |= chosen[c] == e;
-      const float v = l[e];
-      if (!taken && (v > best || (v == best && e < best_e))) {
-        best = v;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      const int e = lane + i * kWarp;
+      if (e < n_experts && !(taken >> i & 1u) && (v[i] > best || (v[i] == best && e < best_e))) {
+        best = v[i];
         best_e = e;
       }
     }
@@ -70,24 +78,22 @@ __global__ void route_top_k_kernel(const float* __restrict__ logits, int n_exper
         best_e = oe;
       }
     }
-    chosen[s] = best_e;
-    prob[s] = expf(best - big) / sum;
-    top_sum += prob[s];
+    if (best_e % kWarp == lane) taken |= 1u << (best_e / kWarp);
+    top_sum += expf(best - big) / sum;
   }
-  if (lane != 0) return;
-  // Expert order, as transformers' index_add_ sums them.
-  for (int i = 1; i < top_k; ++i)
-    for (int j = i; j > 0 && chosen[j - 1] > chosen[j]; --j) {
-      const int e = chosen[j];
-      chosen[j] = chosen[j - 1];
-      chosen[j - 1] = e;
-      const float pr = prob[j];
-      prob[j] = prob[j - 1];
-      prob[j - 1] = pr;
+  // Expert order: experts i·32 + lane ascend with i, then lane.
+  int placed = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const bool mine = taken >> i & 1u;
+    const unsigned chosen = __ballot_sync(0xffffffffu, mine);
+    if (mine) {
+      const int slot = placed + __popc(chosen & ((1u << lane) - 1u));
+      const float prob = expf(v[i] - big) / sum;
+      ids[t * top_k + slot] = lane + i * kWarp;
+      weights[t * top_k + slot] = renormalize ? prob / top_sum : prob;
     }
-  for (int s = 0; s < top_k; ++s) {
-    ids[t * top_k + s] = chosen[s];
-    weights[t * top_k + s] = renormalize ? prob[s] / top_sum : prob[s];
+    placed += __popc(chosen);
   }
 }
 
@@ -110,6 +116,10 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
 }
 
 // grid (hidden / warps, n): one warp per output element, the slots summed in expert order.
+// The slots' weight rows are short (inter), so a warp reads kSlotsInFlight slots' rows at
+// once rather than one dot product's round trip after another.
+constexpr int kSlotsInFlight = 4;
+
 __global__ void __launch_bounds__(kMoeWarps* kWarp)
     moe_down_kernel(const float* __restrict__ h, int64_t inter, const int32_t* __restrict__ ids,
                     const float* __restrict__ weights, int top_k, const Bf16Bits* const* down, int64_t hidden,
@@ -120,10 +130,37 @@ __global__ void __launch_bounds__(kMoeWarps* kWarp)
   if (row >= hidden) return;
   const int64_t t = blockIdx.y;
   float sum = 0.0f;
-  for (int s = 0; s < top_k; ++s) {
-    const int64_t pair = t * top_k + s;
-    const float y = row_dot(down[ids[pair]] + row * inter, h + pair * inter, static_cast<int>(inter), lane);
-    sum += y * weights[pair];
+  for (int s0 = 0; s0 < top_k; s0 += kSlotsInFlight) {
+    float dots[kSlotsInFlight];
+    if ((inter & 7) == 0) {
+      const uint4* w[kSlotsInFlight];
+      const float4* x[kSlotsInFlight];
+#pragma unroll
+      for (int u = 0; u < kSlotsInFlight; ++u) {
+        const int64_t pair = t * top_k + min(s0 + u, top_k - 1);
+        w[u] = reinterpret_cast<const uint4*>(down[ids[pair]] + row * inter);
+        x[u] = reinterpret_cast<const float4*>(h + pair * inter);
+        dots[u] = 0.0f;
+      }
+      for (int c = lane; c < inter / 8; c += kWarp) {
+        uint4 wv[kSlotsInFlight];
+#pragma unroll
+        for (int u = 0; u < kSlotsInFlight; ++u) wv[u] = load_stream(w[u] + c);
+#pragma unroll
+        for (int u = 0; u < kSlotsInFlight; ++u) dots[u] += dot8(wv[u], x[u][2 * c], x[u][2 * c + 1]);
+      }
+#pragma unroll
+      for (int u = 0; u < kSlotsInFlight; ++u) dots[u] = warp_sum(dots[u]);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kSlotsInFlight; ++u) {
+        const int64_t pair = t * top_k + min(s0 + u, top_k - 1);
+        dots[u] = row_dot(down[ids[pair]] + row * inter, h + pair * inter, static_cast<int>(inter), lane);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSlotsInFlight; ++u)
+      if (s0 + u < top_k) sum += dots[u] * weights[t * top_k + s0 + u];
   }
   if (lane == 0) out[t * hidden + row] = sum;
 }

@@ -210,9 +210,10 @@ TEST_F(CudaOpsTest, AttentionPromptChunkThroughOneSharedTable) {
 }
 
 // A prompt's query gets the same bits in any chunk: every prompt chunk, one query or
-// many, goes through the tiled kernel, whose sums per query do not depend on the others.
+// many, goes through the tiled kernel, whose sums per query do not depend on the others
+// (the whole prompt runs with two row blocks per warp, the short chunks with one).
 TEST_F(CudaOpsTest, AttentionPromptQueryIsTheSameBitsInAnyChunk) {
-  const int64_t len = 700;
+  const int64_t len = 2500;
   for (int window : {0, 256}) {
     AttentionParams p{32, 8, 128, 1.0f / std::sqrt(128.0f), window > 0 ? 30.0f : 0.0f, window};
     const int64_t qs = p.n_heads * p.head_dim;
@@ -486,7 +487,7 @@ TEST_F(CudaOpsTest, MixtureOfExperts) {
     int64_t hidden, inter;
     int n_experts, top_k;
   };
-  for (const Shape& shape : {Shape{64, 48, 8, 2}, Shape{256, 96, 16, 4}}) {
+  for (const Shape& shape : {Shape{64, 48, 8, 2}, Shape{256, 96, 16, 4}, Shape{128, 64, 128, 8}}) {
     const int64_t hidden = shape.hidden, inter = shape.inter;
     const int n_experts = shape.n_experts;
     Bf16Weight router({n_experts, hidden}, rng_);
