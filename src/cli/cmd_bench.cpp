@@ -250,7 +250,8 @@ int run_bench(const BenchFlags& f) {
     tg.push_back(decode_tps(runner, f.gen_tokens, deep()));
   }
   Stat p = stat_of(pp), g = stat_of(tg);
-  const double gbps = g.mean * static_cast<double>(model.weight_bytes()) / 1e9;
+  // What a decode step reads of the weights (a MoE layer: its chosen experts' share).
+  const double gbps = g.mean * static_cast<double>(model.decode_bytes_per_token()) / 1e9;
   // A decode step at depth also reads the cache: its bytes at the test's mean position.
   const size_t kv_at_depth = kv_bytes_at(core.pool(), f.depth);
   const double kv_gbps = g.mean * static_cast<double>(kv_bytes_at(core.pool(), f.depth + f.gen_tokens / 2)) / 1e9;
@@ -258,6 +259,7 @@ int run_bench(const BenchFlags& f) {
   if (f.json) {
     nlohmann::json out = {{"model", model.source},       {"backend", backend->name()},
                           {"threads", threads},          {"weight_bytes", model.weight_bytes()},
+                          {"decode_bytes_per_token", model.decode_bytes_per_token()},
                           {"prompt_tokens", f.prompt_tokens}, {"gen_tokens", f.gen_tokens},
                           {"depth", f.depth}, {"kv_bytes_at_depth", kv_at_depth},
                           {"decode_kv_gb_per_second", kv_gbps},

@@ -24,7 +24,13 @@ Model load_model(const std::string& folder) {
   return model;
 }
 
-size_t Model::weight_bytes() const {
+size_t Model::weight_bytes() const { return weight_bytes_read(false); }
+
+size_t Model::decode_bytes_per_token() const { return weight_bytes_read(true); }
+
+// All weights (tied tensors once), or with `routed_share` a MoE layer's experts counted at
+// top_k / n_experts of their bytes: what one token's forward reads of them.
+size_t Model::weight_bytes_read(bool routed_share) const {
   std::set<const void*> seen;
   size_t total = 0;
   auto count = [&](const Tensor& t) {
@@ -37,11 +43,14 @@ size_t Model::weight_bytes() const {
     for (const Tensor* t : {&l.attn_norm, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm,
                             &l.router})
       count(*t);
+    const size_t before = total;
     for (const auto& e : l.experts) {
       count(e.gate);
       count(e.up);
       count(e.down);
     }
+    if (routed_share && !l.experts.empty() && spec.experts_per_token > 0)
+      total = before + (total - before) * static_cast<size_t>(spec.experts_per_token) / l.experts.size();
   }
   return total;
 }

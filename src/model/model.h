@@ -19,7 +19,13 @@ struct Model {
   ModelWeights weights;
   GenerationDefaults generation;
 
-  size_t weight_bytes() const;  // bytes the forward reads per token (tied embeddings counted once)
+  size_t weight_bytes() const;  // bytes of all weights (tied embeddings counted once)
+  // Bytes one token's forward reads: all weights but, in a MoE layer, only top_k of its
+  // n_experts experts' share (the decode step's bandwidth floor).
+  size_t decode_bytes_per_token() const;
+
+ private:
+  size_t weight_bytes_read(bool routed_share) const;
 };
 
 // Loads a Hugging Face model folder; every failure is a kettle::Error naming the file or tensor.

@@ -30,6 +30,16 @@ TEST(MemoryPlan, MoePresetsMatchTheirPublishedSizes) {
   EXPECT_NEAR(mixtral_params / 1e9, 46.7, 0.1);
 }
 
+// A decode step reads each MoE layer's chosen experts only: the tiny Qwen3-MoE golden
+// (2 layers of 8 experts, top 2, hidden 64, expert width 48, bf16) reads 6 of 8 experts less.
+TEST(MemoryPlan, DecodeReadsOnlyTheChosenExpertsShare) {
+  const Model model = load_model(std::string(KETTLE_TEST_DATA) + "/goldens/qwen3_moe/model");
+  const size_t expert_bytes = size_t{3} * 64 * 48 * 2;
+  EXPECT_EQ(model.weight_bytes() - model.decode_bytes_per_token(), size_t{2} * (8 - 2) * expert_bytes);
+  const Model dense = make_synthetic_model("tiny");
+  EXPECT_EQ(dense.decode_bytes_per_token(), dense.weight_bytes());
+}
+
 TEST(MemoryPlan, Llama31_8bWeightsAndKvMatchItsPublishedSize) {
   const ModelSpec spec = synthetic_spec("llama-3.1-8b");
   const MemoryPlan plan = plan_memory(spec, 1, 2, 2);
