@@ -8,6 +8,7 @@
 #include <random>
 
 #include "server/request_fields.h"
+#include "server/request_schema.h"
 
 namespace kettle::server {
 namespace {
@@ -99,12 +100,25 @@ ordered_json convert_tools(const ordered_json& body) {
     out.push_back({{"type", "function"}, {"function", fn}});
   }
   if (out.empty()) return nullptr;
-  if (const ordered_json* choice = field(body, "tool_choice")) {
-    if (!choice->is_object() || !choice->contains("type") || !(*choice)["type"].is_string())
-      bad_field("tool_choice", "an object {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
-    if ((*choice)["type"] == "none") return nullptr;
-  }
+  if (const ordered_json* choice = field(body, "tool_choice"); choice && field_is(*choice, "type", "none"))
+    return nullptr;
   return out;
+}
+
+// tool_choice auto and none are applied (the tools shown or not); any and tool would need
+// decoding held to a call, which is not built yet: refused by name.
+void check_tool_choice(const ordered_json& body) {
+  const ordered_json* choice = field(body, "tool_choice");
+  if (!choice) return;
+  if (!choice->is_object() || !choice->contains("type") || !(*choice)["type"].is_string())
+    bad_field("tool_choice", "an object {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+  const std::string type = (*choice)["type"].get<std::string>();
+  if (type == "any" || type == "tool")
+    throw ApiError(400,
+                   fmt::format("'tool_choice' {} is not supported: constrained decoding is not built yet; send auto",
+                               type),
+                   "tool_choice");
+  if (type != "auto" && type != "none") bad_field("tool_choice.type", "\"auto\", \"any\", \"tool\" or \"none\"");
 }
 
 // Anthropic's API requires a model; with one model served, any name routes to it and the
@@ -116,6 +130,7 @@ void check_model(const ordered_json& body, const std::string&) {
 }  // namespace
 
 CompletionParams parse_anthropic_request(const ordered_json& body, const RequestContext& ctx) {
+  check_fields(body, Route::kAnthropicMessages);
   check_model(body, ctx.model_id);
   CompletionParams p;
   p.chat = true;
@@ -130,6 +145,7 @@ CompletionParams parse_anthropic_request(const ordered_json& body, const Request
   if (!messages->is_array() || messages->empty()) bad_field("messages", "a non-empty array");
   for (size_t i = 0; i < messages->size(); ++i)
     convert_message((*messages)[i], fmt::format("messages[{}]", i), p.messages);
+  check_tool_choice(body);
   p.tools = convert_tools(body);
 
   p.sampling = ctx.sampling;
@@ -148,6 +164,7 @@ CompletionParams parse_anthropic_request(const ordered_json& body, const Request
   }
   if (const ordered_json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
     bad_field("metadata", "an object");
+  (void)string_field(body, "service_tier");
   p.cache_salt = cache_salt_field(body);
   return p;
 }

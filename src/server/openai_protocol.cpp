@@ -8,6 +8,7 @@
 #include <random>
 
 #include "server/request_fields.h"
+#include "server/request_schema.h"
 
 namespace kettle::server {
 namespace {
@@ -88,17 +89,70 @@ ordered_json check_tools(const ordered_json& body) {
   }
   if (tools->empty()) return nullptr;
   // tool_choice "none": the model answers in text, so the template is not shown the tools.
-  // "required" and named choices are accepted; kettle does not constrain decoding to them.
-  if (const ordered_json* choice = field(body, "tool_choice")) {
-    if (choice->is_string()) {
-      const std::string c = choice->get<std::string>();
-      if (c == "none") return nullptr;
-      if (c != "auto" && c != "required") bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
-    } else if (!choice->is_object()) {
-      bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
-    }
-  }
+  if (const ordered_json* choice = field(body, "tool_choice"); choice && *choice == "none") return nullptr;
   return *tools;
+}
+
+// tool_choice "auto" and "none" are applied (the tools shown or not); "required" and a
+// named function would need decoding held to a call, which is not built yet: refused.
+void check_tool_choice(const ordered_json& body) {
+  const ordered_json* choice = field(body, "tool_choice");
+  if (!choice) return;
+  const bool forced = *choice == "required" || choice->is_object();
+  if (forced)
+    throw ApiError(400,
+                   "'tool_choice' that forces a call (\"required\" or a named function) is not supported: "
+                   "constrained decoding is not built yet; send \"auto\"",
+                   "tool_choice");
+  if (*choice != "auto" && *choice != "none") bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
+}
+
+// The fields whose every value but one (or a few) is refused: each is applied where it
+// asks for what kettle does anyway, and refused by name where it asks for more.
+void check_fixed_fields(const ordered_json& body) {
+  if (bool_field(body, "parallel_tool_calls") == false)
+    throw ApiError(400, "'parallel_tool_calls': false is not supported: a turn may return several calls",
+                   "parallel_tool_calls");
+  if (bool_field(body, "store") == true)
+    throw ApiError(400, "'store': true is not supported: kettle does not store completions", "store");
+  if (auto tier = string_field(body, "service_tier"); tier && *tier != "auto" && *tier != "default")
+    throw ApiError(400, fmt::format("'service_tier' \"{}\" is not supported: kettle has one tier", *tier),
+                   "service_tier");
+  if (const ordered_json* modalities = field(body, "modalities")) {
+    if (!modalities->is_array()) bad_field("modalities", "an array of strings");
+    for (const ordered_json& m : *modalities)
+      if (m != "text") throw ApiError(400, "'modalities' other than \"text\" are not supported", "modalities");
+  }
+  if (const ordered_json* format = field(body, "response_format")) {
+    if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string())
+      bad_field("response_format", "an object with a 'type'");
+    const std::string type = (*format)["type"].get<std::string>();
+    if (type == "json_object" || type == "json_schema")
+      throw ApiError(400,
+                     fmt::format("'response_format' {} is not supported: constrained decoding is not built yet", type),
+                     "response_format");
+    if (type != "text") bad_field("response_format.type", "\"text\", \"json_object\" or \"json_schema\"");
+  }
+  if (const ordered_json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
+    bad_field("metadata", "an object");
+  (void)string_field(body, "user");
+  (void)string_field(body, "safety_identifier");
+  (void)string_field(body, "prompt_cache_key");
+}
+
+// reasoning_effort: "none" and "minimal" turn the template's thinking off, the others on
+// (a template without a thinking switch ignores it, as with chat_template_kwargs).
+void parse_reasoning_effort(const ordered_json& body, CompletionParams& p) {
+  const auto effort = string_field(body, "reasoning_effort");
+  if (!effort) return;
+  bool thinking = true;
+  if (*effort == "none" || *effort == "minimal")
+    thinking = false;
+  else if (*effort != "low" && *effort != "medium" && *effort != "high" && *effort != "xhigh")
+    bad_field("reasoning_effort", "\"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"");
+  if (p.thinking && *p.thinking != thinking)
+    bad_field("reasoning_effort", "consistent with chat_template_kwargs.enable_thinking");
+  p.thinking = thinking;
 }
 
 std::vector<std::pair<int32_t, float>> check_logit_bias(const ordered_json& body, int64_t vocab_size) {
@@ -169,13 +223,17 @@ void parse_template_kwargs(const ordered_json& body, CompletionParams& p) {
 }  // namespace
 
 CompletionParams parse_openai_request(const ordered_json& body, bool chat, const RequestContext& ctx) {
+  check_fields(body, chat ? Route::kChatCompletions : Route::kCompletions);
   check_model(body, ctx.model_id);
   CompletionParams p;
   p.chat = chat;
   if (chat) {
     p.messages = check_messages(body);
+    check_tool_choice(body);
     p.tools = check_tools(body);
+    check_fixed_fields(body);
     parse_template_kwargs(body, p);
+    parse_reasoning_effort(body, p);
   } else {
     const ordered_json* prompt = field(body, "prompt");
     if (!prompt) throw ApiError(400, "'prompt' is required", "prompt");
@@ -195,7 +253,7 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
     if (!options->is_object()) bad_field("stream_options", "an object");
     p.include_usage = bool_field(*options, "include_usage").value_or(false);
   }
-  string_field(body, "user");  // accepted (checked, then ignored)
+  string_field(body, "user");  // informational (request_schema.cpp)
   p.cache_salt = cache_salt_field(body);
   return p;
 }

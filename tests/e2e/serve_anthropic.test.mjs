@@ -141,3 +141,20 @@ test('any model name routes to the served model; the response names it', async (
   assert.equal(m.model, 'kettle-demo');
   assert.ok(m.content.length >= 0 && m.usage.output_tokens > 0);
 });
+
+test('tool_choice any / tool and unknown fields are 400s naming them; auto and none are applied', async () => {
+  const tools = [{ name: 'lookup', description: 'Look up a word', input_schema: { type: 'object', properties: {} } }];
+  const base = { model: 'kettle-demo', max_tokens: 4, messages: [{ role: 'user', content: question }], tools };
+  for (const tool_choice of [{ type: 'any' }, { type: 'tool', name: 'lookup' }]) {
+    await assert.rejects(client.messages.create({ ...base, tool_choice }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.error?.type, 'error');
+      assert.equal(e.error?.error?.type, 'invalid_request_error');
+      assert.match(e.error?.error?.message, /tool_choice/);
+      return true;
+    });
+  }
+  await assert.rejects(client.messages.create({ ...base, frobnicate: 1 }), (e) => e.status === 400 && /frobnicate/.test(e.message));
+  for (const tool_choice of [{ type: 'auto' }, { type: 'none' }])
+    assert.equal((await client.messages.create({ ...base, tool_choice })).type, 'message');
+});

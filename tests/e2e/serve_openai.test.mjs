@@ -228,3 +228,31 @@ test('any model name routes to the served model; the response names it', async (
   const completion = await client.completions.create({ model: 'text-davinci-003', prompt: 'Once', max_tokens: 2 });
   assert.equal(completion.model, 'kettle-demo');
 });
+
+test('a field kettle cannot apply is a 400 naming it, through the official clients', async () => {
+  const base = { model: 'gpt-4o', messages: [{ role: 'user', content: question }], max_tokens: 4 };
+  const tools = [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {} } } }];
+  const refused = async (extra, param) => {
+    await assert.rejects(client.chat.completions.create({ ...base, ...extra }), (e) => {
+      assert.equal(e.status, 400, JSON.stringify(extra));
+      assert.equal(e.error?.param ?? e.param, param);
+      assert.match(e.message, new RegExp(param));
+      return true;
+    });
+  };
+  await refused({ response_format: { type: 'json_object' } }, 'response_format');
+  await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } },
+    'response_format');
+  await refused({ tools, tool_choice: 'required' }, 'tool_choice');
+  await refused({ tools, tool_choice: { type: 'function', function: { name: 'lookup' } } }, 'tool_choice');
+  await refused({ guided_choice: ['yes', 'no'] }, 'guided_choice');
+  await refused({ xtc_probability: 0.5 }, 'xtc_probability');
+  await refused({ frobnicate: true }, 'frobnicate');
+  await refused({ store: true }, 'store');
+  // What kettle does anyway is taken: text format, auto tool choice, parallel calls, no storing.
+  const r = await client.chat.completions.create({ ...base, response_format: { type: 'text' }, tools, tool_choice: 'auto',
+    parallel_tool_calls: true, store: false, user: 'u1', metadata: { run: '1' } });
+  assert.equal(r.object, 'chat.completion');
+  // The server lives on.
+  assert.equal((await client.chat.completions.create(base)).object, 'chat.completion');
+});

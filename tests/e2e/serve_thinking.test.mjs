@@ -42,6 +42,10 @@ test('--thinking on|off renders enable_thinking; a request can override it', asy
   assert.equal(await ask(off), without);
   assert.equal(await ask(off, { chat_template_kwargs: { enable_thinking: true } }), withThinking);
   assert.equal(await ask(on, { chat_template_kwargs: { enable_thinking: false } }), without);
+  // reasoning_effort (OpenAI's spelling): none and minimal turn thinking off, the others on.
+  assert.equal(await ask(on, { reasoning_effort: 'none' }), without);
+  assert.equal(await ask(on, { reasoning_effort: 'minimal' }), without);
+  assert.equal(await ask(off, { reasoning_effort: 'high' }), withThinking);
   const anthropic = (server) => new Anthropic({ baseURL: server.base, apiKey: 'x', maxRetries: 0 });
   const m = await anthropic(on).messages.create({ model: 'default', max_tokens: 1, messages, thinking: { type: 'disabled' } });
   assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, without);

@@ -6,9 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <string>
+
 #include "server/anthropic_protocol.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
+#include "server/request_schema.h"
 
 namespace kettle::server {
 namespace {
@@ -254,6 +258,149 @@ TEST(OpenAiStream, ToolCallsAreIndexedAndReasoningIsItsOwnDelta) {
   EXPECT_TRUE(whole["choices"][0]["message"]["content"].is_null());
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(whole["usage"]["total_tokens"], 7);
+}
+
+}  // namespace
+}  // namespace kettle::server
+
+namespace kettle::server {
+namespace {
+
+// Every field of every route's table (request_schema.cpp), each with a valid value: an
+// applied or informational field is taken, a refused one is a 400 naming it; a field in
+// no table is refused as unknown. A field added to a table without a sample here fails.
+TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
+  const std::map<std::string, ojson> openai_samples = {
+      {"model", {{"model", "gpt-4o"}}},
+      {"max_tokens", {{"max_tokens", 5}}},
+      {"max_completion_tokens", {{"max_completion_tokens", 5}}},
+      {"n", {{"n", 1}}},
+      {"temperature", {{"temperature", 0.5}}},
+      {"top_p", {{"top_p", 0.9}}},
+      {"top_k", {{"top_k", 5}}},
+      {"min_p", {{"min_p", 0.1}}},
+      {"seed", {{"seed", 1}}},
+      {"presence_penalty", {{"presence_penalty", 0.1}}},
+      {"frequency_penalty", {{"frequency_penalty", 0.1}}},
+      {"repetition_penalty", {{"repetition_penalty", 1.1}}},
+      {"logit_bias", {{"logit_bias", {{"5", 1}}}}},
+      {"logprobs", {{"logprobs", true}}},
+      {"stop", {{"stop", "x"}}},
+      {"stream", {{"stream", false}}},
+      {"stream_options", {{"stream_options", {{"include_usage", true}}}}},
+      {"ignore_eos", {{"ignore_eos", false}}},
+      {"cache_salt", {{"cache_salt", "salt"}}},
+      {"user", {{"user", "u"}}},
+      {"safety_identifier", {{"safety_identifier", "u"}}},
+      {"prompt_cache_key", {{"prompt_cache_key", "k"}}},
+      {"messages", ojson::object()},
+      {"tools", {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}},
+      {"tool_choice", {{"tool_choice", "auto"}}},
+      {"parallel_tool_calls", {{"parallel_tool_calls", true}}},
+      {"top_logprobs", {{"logprobs", true}, {"top_logprobs", 2}}},
+      {"chat_template_kwargs", {{"chat_template_kwargs", {{"enable_thinking", true}}}}},
+      {"reasoning_effort", {{"reasoning_effort", "low"}}},
+      {"response_format", {{"response_format", {{"type", "text"}}}}},
+      {"store", {{"store", false}}},
+      {"service_tier", {{"service_tier", "auto"}}},
+      {"modalities", {{"modalities", {"text"}}}},
+      {"metadata", {{"metadata", {{"k", "v"}}}}},
+      {"prompt", ojson::object()},
+  };
+  const std::map<std::string, ojson> anthropic_samples = {
+      {"model", ojson::object()},
+      {"max_tokens", ojson::object()},
+      {"messages", ojson::object()},
+      {"system", {{"system", "be brief"}}},
+      {"tools", {{"tools", {{{"name", "f"}, {"input_schema", ojson::object()}}}}}},
+      {"tool_choice", {{"tool_choice", {{"type", "auto"}}}}},
+      {"temperature", {{"temperature", 0.5}}},
+      {"top_p", {{"top_p", 0.9}}},
+      {"top_k", {{"top_k", 5}}},
+      {"stop_sequences", {{"stop_sequences", {"x"}}}},
+      {"stream", {{"stream", false}}},
+      {"thinking", {{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}}},
+      {"cache_salt", {{"cache_salt", "salt"}}},
+      {"metadata", {{"metadata", {{"user_id", "u"}}}}},
+      {"service_tier", {{"service_tier", "auto"}}},
+  };
+  const auto param = [](Route route, const ojson& body) {
+    try {
+      if (route == Route::kAnthropicMessages)
+        parse_anthropic_request(body, kCtx);
+      else
+        parse_openai_request(body, route == Route::kChatCompletions, kCtx);
+      return std::string();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << e.what();
+      return e.param();
+    }
+  };
+  for (Route route : {Route::kChatCompletions, Route::kCompletions, Route::kAnthropicMessages}) {
+    const bool anthropic = route == Route::kAnthropicMessages;
+    const ojson base = anthropic ? ojson{{"model", "m"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}
+                       : route == Route::kChatCompletions ? chat_body()
+                                                          : ojson{{"prompt", "hi"}};
+    const auto& samples = anthropic ? anthropic_samples : openai_samples;
+    int applied = 0, refused = 0;
+    for (const FieldRule& rule : field_rules(route)) {
+      const std::string name(rule.name);
+      ojson body = base;
+      if (rule.use == FieldUse::kRefused) {
+        body[name] = 1;
+        EXPECT_EQ(param(route, body), name) << "refused field accepted";
+        ++refused;
+        continue;
+      }
+      const auto sample = samples.find(name);
+      ASSERT_NE(sample, samples.end()) << "no sample value for '" << name << "': add one to this test";
+      for (const auto& [k, v] : sample->second.items()) body[k] = v;
+      if (route == Route::kCompletions && body.contains("logprobs")) body["logprobs"] = 2;  // a count there
+      EXPECT_EQ(param(route, body), "") << "applied field '" << name << "' refused";
+      ++applied;
+    }
+    EXPECT_GT(applied, 10);
+    EXPECT_GT(refused, 2);
+    ojson unknown = base;
+    unknown["frobnicate"] = true;
+    EXPECT_EQ(param(route, unknown), "frobnicate");
+    unknown["frobnicate"] = nullptr;  // null is absent
+    EXPECT_EQ(param(route, unknown), "");
+  }
+}
+
+TEST(RequestFields, ValuesKettleCannotApplyAreRefusedByName) {
+  const ojson tools = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  const auto chat_param = [](const ojson& extra) { return rejected_param(chat_body(extra)); };
+  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", "required"}}), "tool_choice");
+  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
+            "tool_choice");
+  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", "none"}}), "");
+  EXPECT_EQ(chat_param({{"parallel_tool_calls", false}}), "parallel_tool_calls");
+  EXPECT_EQ(chat_param({{"store", true}}), "store");
+  EXPECT_EQ(chat_param({{"service_tier", "flex"}}), "service_tier");
+  EXPECT_EQ(chat_param({{"modalities", {"text", "audio"}}}), "modalities");
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_object"}}}}), "response_format");
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}),
+            "response_format");
+  EXPECT_EQ(chat_param({{"reasoning_effort", "extreme"}}), "reasoning_effort");
+  EXPECT_EQ(chat_param({{"reasoning_effort", "none"}, {"chat_template_kwargs", {{"enable_thinking", true}}}}),
+            "reasoning_effort");
+  EXPECT_EQ(parse_openai_request(chat_body({{"reasoning_effort", "none"}}), true, kCtx).thinking, false);
+  EXPECT_EQ(parse_openai_request(chat_body({{"reasoning_effort", "high"}}), true, kCtx).thinking, true);
+  for (const char* type : {"any", "tool"}) {
+    ojson body = {{"model", "m"},
+                  {"max_tokens", 5},
+                  {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                  {"tools", {{{"name", "f"}, {"input_schema", ojson::object()}}}},
+                  {"tool_choice", {{"type", type}, {"name", "f"}}}};
+    try {
+      parse_anthropic_request(body, kCtx);
+      ADD_FAILURE() << "tool_choice " << type << " accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), "tool_choice");
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,173 @@
+#include "server/request_schema.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "server/api_error.h"
+
+namespace kettle::server {
+namespace {
+
+constexpr FieldUse kApplied = FieldUse::kApplied;
+constexpr FieldUse kInfo = FieldUse::kInformational;
+constexpr FieldUse kRefused = FieldUse::kRefused;
+
+// Refused by OpenAI-style routes alike: what other servers take and kettle does not build yet.
+constexpr std::string_view kNoConstraints = "constrained decoding is not built yet";
+constexpr std::string_view kNoSampler = "kettle's sampler has no such stage";
+
+std::vector<FieldRule> openai_shared() {
+  return {
+      {"model", kApplied, "any name routes to the served model; the response names it"},
+      {"max_tokens", kApplied, "the cap on generated tokens"},
+      {"max_completion_tokens", kApplied, "the cap on generated tokens (overrides max_tokens)"},
+      {"n", kApplied, "1 (one choice)"},
+      {"temperature", kApplied, "sampling"},
+      {"top_p", kApplied, "sampling"},
+      {"top_k", kApplied, "sampling"},
+      {"min_p", kApplied, "sampling"},
+      {"seed", kApplied, "the sampler's seed"},
+      {"presence_penalty", kApplied, "sampling"},
+      {"frequency_penalty", kApplied, "sampling"},
+      {"repetition_penalty", kApplied, "sampling"},
+      {"logit_bias", kApplied, "added to the logits"},
+      {"logprobs", kApplied, "log-probabilities of the drawn tokens"},
+      {"stop", kApplied, "stop sequences"},
+      {"stream", kApplied, "server-sent events"},
+      {"stream_options", kApplied, "include_usage"},
+      {"ignore_eos", kApplied, "generation runs past end-of-sequence tokens"},
+      {"cache_salt", kApplied, "separates prompt-cache entries"},
+      {"user", kInfo, "an end-user identifier"},
+      {"safety_identifier", kInfo, "an end-user identifier"},
+      {"prompt_cache_key", kInfo, "a cache routing hint (the prompt cache is automatic)"},
+      {"guided_json", kRefused, kNoConstraints},
+      {"guided_choice", kRefused, kNoConstraints},
+      {"guided_regex", kRefused, kNoConstraints},
+      {"guided_grammar", kRefused, kNoConstraints},
+      {"guided_decoding_backend", kRefused, kNoConstraints},
+      {"structured_outputs", kRefused, kNoConstraints},
+      {"grammar", kRefused, kNoConstraints},
+      {"json_schema", kRefused, kNoConstraints},
+      {"xtc_probability", kRefused, kNoSampler},
+      {"xtc_threshold", kRefused, kNoSampler},
+      {"typical_p", kRefused, kNoSampler},
+      {"mirostat", kRefused, kNoSampler},
+      {"dry_multiplier", kRefused, kNoSampler},
+      {"repetition_context_size", kRefused, "penalties see the whole context"},
+      {"presence_context_size", kRefused, "penalties see the whole context"},
+      {"frequency_context_size", kRefused, "penalties see the whole context"},
+      {"repeat_last_n", kRefused, "penalties see the whole context"},
+      {"penalty_last_n", kRefused, "penalties see the whole context"},
+      {"min_tokens", kRefused, "no minimum length is enforced"},
+      {"best_of", kRefused, "one completion is generated"},
+      {"adapter", kRefused, "adapters are not loaded"},
+      {"adapters", kRefused, "adapters are not loaded"},
+      {"lora", kRefused, "adapters are not loaded"},
+  };
+}
+
+std::vector<FieldRule> chat_rules() {
+  std::vector<FieldRule> rules = openai_shared();
+  const std::vector<FieldRule> chat = {
+      {"messages", kApplied, "the conversation, through the chat template"},
+      {"tools", kApplied, "shown to the template; calls are parsed from the output"},
+      {"tool_choice", kApplied, "\"none\" hides the tools, \"auto\" shows them; others refused by value"},
+      {"parallel_tool_calls", kApplied, "true (several calls may come back); false refused by value"},
+      {"top_logprobs", kApplied, "alternatives per token"},
+      {"chat_template_kwargs", kApplied, "variables for the chat template"},
+      {"reasoning_effort", kApplied, "\"none\"/\"minimal\" turn thinking off, others on"},
+      {"response_format", kApplied, "{\"type\": \"text\"}; json_object and json_schema refused by value"},
+      {"store", kApplied, "false (nothing is stored); true refused by value"},
+      {"service_tier", kApplied, "\"auto\" or \"default\" (one tier); others refused by value"},
+      {"modalities", kApplied, "[\"text\"]; others refused by value"},
+      {"metadata", kInfo, "tags"},
+      {"audio", kRefused, "kettle generates text only"},
+      {"prediction", kRefused, "predicted outputs are not used"},
+      {"web_search_options", kRefused, "kettle does not search the web"},
+      {"functions", kRefused, "the legacy form: send 'tools'"},
+      {"function_call", kRefused, "the legacy form: send 'tool_choice'"},
+      {"verbosity", kRefused, "no verbosity control"},
+  };
+  rules.insert(rules.end(), chat.begin(), chat.end());
+  return rules;
+}
+
+std::vector<FieldRule> completion_rules() {
+  std::vector<FieldRule> rules = openai_shared();
+  const std::vector<FieldRule> completion = {
+      {"prompt", kApplied, "the text to continue"},
+      {"echo", kRefused, "the prompt is not echoed back"},
+      {"suffix", kRefused, "no insertion after a suffix"},
+      {"response_format", kRefused, kNoConstraints},
+  };
+  rules.insert(rules.end(), completion.begin(), completion.end());
+  return rules;
+}
+
+std::vector<FieldRule> anthropic_rules() {
+  return {
+      {"model", kApplied, "any name routes to the served model; the response names it"},
+      {"max_tokens", kApplied, "the cap on generated tokens"},
+      {"messages", kApplied, "the conversation, through the chat template"},
+      {"system", kApplied, "the system prompt"},
+      {"tools", kApplied, "shown to the template; calls are parsed from the output"},
+      {"tool_choice", kApplied, "\"auto\" shows the tools, \"none\" hides them; others refused by value"},
+      {"temperature", kApplied, "sampling"},
+      {"top_p", kApplied, "sampling"},
+      {"top_k", kApplied, "sampling"},
+      {"stop_sequences", kApplied, "stop sequences"},
+      {"stream", kApplied, "server-sent events"},
+      {"thinking", kApplied, "enabled/disabled turns the template's thinking on or off"},
+      {"cache_salt", kApplied, "separates prompt-cache entries"},
+      {"metadata", kInfo, "tags (user_id)"},
+      {"service_tier", kInfo, "one tier"},
+      {"container", kRefused, "no code-execution containers"},
+      {"mcp_servers", kRefused, "kettle does not call MCP servers"},
+      {"context_management", kRefused, "the context is not edited"},
+  };
+}
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::kChatCompletions:
+      return "/v1/chat/completions";
+    case Route::kCompletions:
+      return "/v1/completions";
+    case Route::kAnthropicMessages:
+      return "/v1/messages";
+  }
+  return "";
+}
+
+}  // namespace
+
+const std::vector<FieldRule>& field_rules(Route route) {
+  static const std::vector<FieldRule> chat = chat_rules(), completion = completion_rules(),
+                                      anthropic = anthropic_rules();
+  switch (route) {
+    case Route::kChatCompletions:
+      return chat;
+    case Route::kCompletions:
+      return completion;
+    case Route::kAnthropicMessages:
+      return anthropic;
+  }
+  return chat;
+}
+
+void check_fields(const nlohmann::ordered_json& body, Route route) {
+  const std::vector<FieldRule>& rules = field_rules(route);
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;  // a JSON null counts as absent, as everywhere
+    const FieldRule* rule = nullptr;
+    for (const FieldRule& r : rules)
+      if (r.name == key) rule = &r;
+    if (!rule)
+      throw ApiError(400, fmt::format("'{}' is not a field {} takes", key, route_name(route)), key);
+    if (rule->use == FieldUse::kRefused)
+      throw ApiError(400, fmt::format("'{}' is not supported: {}", key, rule->note), key);
+  }
+}
+
+}  // namespace kettle::server

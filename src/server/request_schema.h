@@ -1,0 +1,31 @@
+// Every top-level field each route takes, in one table: applied (the parser
+// reads it and it changes what is generated or returned), informational (a
+// tag or identifier with nothing to apply: `user`, `metadata`), or refused
+// with the reason. A field in no row is refused as unknown, naming it, as
+// OpenAI's API does: a request field is applied or refused, never accepted
+// and ignored. Checks of a field's value stay with the route's parser.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string_view>
+#include <vector>
+
+namespace kettle::server {
+
+enum class Route { kChatCompletions, kCompletions, kAnthropicMessages };
+
+enum class FieldUse { kApplied, kInformational, kRefused };
+
+struct FieldRule {
+  std::string_view name;
+  FieldUse use;
+  std::string_view note;  // refused: why (completes "'<name>' is not supported: ..."); else what it does
+};
+
+const std::vector<FieldRule>& field_rules(Route route);
+
+// ApiError 400 naming the first refused or unknown top-level field of `body` (an object).
+void check_fields(const nlohmann::ordered_json& body, Route route);
+
+}  // namespace kettle::server
