@@ -6,8 +6,10 @@
 #include "server/http_server.h"
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 
+#include "chat/output_parser.h"
 #include "server/anthropic_protocol.h"
 #include "server/openai_protocol.h"
 #include "util/error.h"
@@ -25,6 +27,7 @@ struct RouteSpec {
   const char* path;
   const char* method;
   bool open;
+  bool prefix = false;  // the path and anything after it (/v1/models/{id})
 };
 constexpr RouteSpec kRoutes[] = {
     {"/", "GET", true},
@@ -32,6 +35,7 @@ constexpr RouteSpec kRoutes[] = {
     {"/stats", "GET", false},
     {"/metrics", "GET", false},
     {"/v1/models", "GET", false},
+    {"/v1/models/", "GET", false, true},
     {"/admin/cache/flush", "POST", false},
     {"/v1/chat/completions", "POST", false},
     {"/v1/completions", "POST", false},
@@ -40,7 +44,7 @@ constexpr RouteSpec kRoutes[] = {
 
 const RouteSpec* find_route(const std::string& path) {
   for (const RouteSpec& r : kRoutes)
-    if (path == r.path) return &r;
+    if (path == r.path || (r.prefix && path.size() > std::strlen(r.path) && path.rfind(r.path, 0) == 0)) return &r;
   return nullptr;
 }
 
@@ -113,7 +117,7 @@ void HttpServer::route(const std::shared_ptr<http::Exchange>& exchange) {
     const int key_index = spec->open ? 0 : access_.authenticate(req);
     const std::string path = spec->path;
     if (path.rfind("/admin/", 0) == 0) access_.check_admin(req);
-    const bool generation = path.rfind("/v1/", 0) == 0 && path != "/v1/models";
+    const bool generation = path.rfind("/v1/", 0) == 0 && path.rfind("/v1/models", 0) != 0;
     if (!generation && path != "/admin/cache/flush") return answer_quick(ex, path);
     const Api api = path == "/v1/chat/completions" ? Api::kChat : path == "/v1/completions" ? Api::kCompletion : Api::kMessages;
     std::shared_ptr<http::Exchange> held = exchange;
@@ -150,7 +154,21 @@ void HttpServer::answer_quick(http::Exchange& ex, const std::string& path) {
   if (path == "/metrics")
     return ex.reply(http::Response(200, "text/plain; version=0.0.4; charset=utf-8",
                                    metrics_.prometheus(engine_.load(), config_.model_id)));
-  ex.reply(json_response(200, openai_model_list(config_.model_id, 0).dump()));  // /v1/models
+  // /v1/models, or /v1/models/{id}: any id names the one model served, as any request's
+  // model does; the answer names the served id.
+  if (path == "/v1/models") return ex.reply(json_response(200, openai_model_list(model_card()).dump()));
+  ex.reply(json_response(200, openai_model(model_card()).dump()));
+}
+
+ModelCard HttpServer::model_card() const {
+  ModelCard card{config_.model_id, config_.context_length, {"completion"}, config_.sampling, config_.default_max_tokens};
+  if (chat_template_) {
+    card.capabilities.emplace_back("chat");
+    if (detect_output_format(chat_template_->source(true)).tool_calls != ToolCallFormat::kNone)
+      card.capabilities.emplace_back("tools");
+    if (detect_output_format(chat_template_->source(false)).reasoning) card.capabilities.emplace_back("thinking");
+  }
+  return card;
 }
 
 void HttpServer::request_began() {

@@ -23,6 +23,7 @@
 #include "server/http/event_server.h"
 #include "server/http/worker_pool.h"
 #include "server/metrics.h"
+#include "server/openai_protocol.h"
 #include "server/response_writer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,6 +64,7 @@ class HttpServer {
 
   void route(const std::shared_ptr<http::Exchange>& exchange);  // on the event loop
   void answer_quick(http::Exchange& exchange, const std::string& path);
+  ModelCard model_card() const;  // what /v1/models tells of the served model
   void handle_generation(http::Exchange& exchange, Api api, int key_index);
   Prepared prepare(const http::Request& req, Api api, int key_index);
   std::unique_ptr<ResponseWriter> response_writer(Api api, const CompletionParams& params) const;

@@ -273,10 +273,27 @@ std::string openai_error_body(const ApiError& error) {
   return body.dump(-1, ' ', false, json::error_handler_t::replace);  // a message may quote a client's bytes
 }
 
-json openai_model_list(const std::string& model_id, int64_t created) {
-  json model = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "kettle"}};
-  return {{"object", "list"}, {"data", json::array({model})}};
+json openai_model(const ModelCard& card) {
+  const SamplingParams& d = card.defaults;
+  return {{"id", card.id},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "kettle"},
+          {"context_window", card.context_length},
+          {"max_model_len", card.context_length},  // vLLM's name for it
+          {"capabilities", card.capabilities},
+          {"defaults",
+           {{"temperature", d.temperature},
+            {"top_p", d.top_p},
+            {"top_k", d.top_k},
+            {"min_p", d.min_p},
+            {"repetition_penalty", d.repetition_penalty},
+            {"presence_penalty", d.presence_penalty},
+            {"frequency_penalty", d.frequency_penalty},
+            {"max_tokens", card.default_max_tokens}}}};
 }
+
+json openai_model_list(const ModelCard& card) { return {{"object", "list"}, {"data", json::array({openai_model(card)})}}; }
 
 namespace {
 

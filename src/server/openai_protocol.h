@@ -31,6 +31,15 @@ struct ResponseMeta {
 std::unique_ptr<ResponseWriter> make_openai_writer(ResponseMeta meta, const CompletionParams& params);
 
 // The model list of GET /v1/models.
-nlohmann::ordered_json openai_model_list(const std::string& model_id, int64_t created);
+// What /v1/models and /v1/models/{id} tell of the served model beyond OpenAI's four fields.
+struct ModelCard {
+  std::string id;
+  int64_t context_length = 0;
+  std::vector<std::string> capabilities;  // "completion", "chat", "tools", "thinking"
+  SamplingParams defaults;                // what a request that sets no sampling field gets
+  int64_t default_max_tokens = 0;
+};
+nlohmann::ordered_json openai_model(const ModelCard& card);
+nlohmann::ordered_json openai_model_list(const ModelCard& card);
 
 }  // namespace kettle::server

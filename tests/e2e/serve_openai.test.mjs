@@ -34,6 +34,23 @@ test('health and the model list', async () => {
   assert.deepEqual(models.data.map((m) => m.id), ['kettle-demo']);
 });
 
+test('/v1/models/{id}: any id names the served model, with its context window, capabilities and defaults', async () => {
+  const config = JSON.parse(readFileSync(join(demoModel, 'config.json'), 'utf8'));
+  const generation = JSON.parse(readFileSync(join(demoModel, 'generation_config.json'), 'utf8'));
+  for (const id of ['kettle-demo', 'gpt-4o']) {
+    const m = await client.models.retrieve(id);
+    assert.equal(m.id, 'kettle-demo');
+    assert.equal(m.object, 'model');
+    assert.equal(m.context_window, config.max_position_embeddings);
+    assert.ok(m.capabilities.includes('chat') && m.capabilities.includes('completion'), m.capabilities.join());
+    assert.ok(Math.abs(m.defaults.temperature - generation.temperature) < 1e-6);
+    assert.equal(m.defaults.top_k, generation.top_k);
+    assert.ok(Math.abs(m.defaults.top_p - generation.top_p) < 1e-6);
+  }
+  const list = await client.models.list();
+  assert.equal(list.data[0].context_window, config.max_position_embeddings);
+});
+
 test('greedy chat equals `kettle generate --chat`, with matching usage', async () => {
   const reference = generateJson(['--chat', question, '--max-tokens', '24']);
   const r = await client.chat.completions.create({
