@@ -31,6 +31,10 @@ void validate_sampling(const SamplingParams& p, int64_t vocab) {
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
     fail(ErrorCategory::kInvalidArgument, "frequency_penalty {} is out of range: expected -2 to 2",
          p.frequency_penalty);
+  for (const auto& [name, size] : {std::pair{"repetition_context_size", p.repetition_context_size},
+                                    std::pair{"presence_context_size", p.presence_context_size},
+                                    std::pair{"frequency_context_size", p.frequency_context_size}})
+    if (size < 0) fail(ErrorCategory::kInvalidArgument, "{} {} is out of range: expected ≥ 0 (0 = all)", name, size);
   if (p.top_logprobs < 0 || p.top_logprobs > 20)
     fail(ErrorCategory::kInvalidArgument, "top_logprobs {} is out of range: expected 0 to 20", p.top_logprobs);
   for (const auto& [id, bias] : p.logit_bias) {
@@ -48,41 +52,54 @@ bool Sampler::adjusts_logits() const {
          !params_.logit_bias.empty();
 }
 
-void Sampler::start(std::span<const int32_t> prompt, int64_t vocab, int64_t max_new_tokens) {
-  seen_ids_.clear();
-  output_ids_.clear();
-  seen_.clear();
-  output_count_.clear();
-  const size_t n_vocab = static_cast<size_t>(std::max<int64_t>(vocab, 0));
-  const size_t n_new = static_cast<size_t>(std::max<int64_t>(max_new_tokens, 0));
-  if (params_.repetition_penalty != 1.0f) {
-    seen_.assign(n_vocab, 0);
-    seen_ids_.reserve(std::min(n_vocab, prompt.size() + n_new));
-    for (int32_t id : prompt) accept_seen(id);
-  }
-  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
-    output_count_.assign(n_vocab, 0);
-    output_ids_.reserve(std::min(n_vocab, n_new));
-  }
-  if (adjusts_logits()) adjusted_.reserve(n_vocab);
+void TokenCounts::reset(size_t vocab, size_t limit, size_t reserve) {
+  limit_ = limit;
+  window_.clear();
+  count_.assign(vocab, 0);
+  listed_.assign(vocab, 0);
+  ids_.clear();
+  ids_.reserve(std::min(vocab, reserve));
 }
 
-void Sampler::accept_seen(int32_t id) {
+void TokenCounts::add(int32_t id) {
   if (id < 0) return;
-  if (static_cast<size_t>(id) >= seen_.size()) seen_.resize(static_cast<size_t>(id) + 1, 0);
-  if (!seen_[static_cast<size_t>(id)]) {
-    seen_[static_cast<size_t>(id)] = 1;
-    seen_ids_.push_back(id);
+  const auto i = static_cast<size_t>(id);
+  if (i >= count_.size()) count_.resize(i + 1, 0), listed_.resize(i + 1, 0);
+  if (count_[i]++ == 0 && !listed_[i]) {
+    listed_[i] = 1;
+    ids_.push_back(id);
   }
+  if (limit_ == 0) return;
+  window_.push_back(id);
+  if (window_.size() > limit_) {
+    --count_[static_cast<size_t>(window_.front())];
+    window_.pop_front();
+  }
+}
+
+void Sampler::start(std::span<const int32_t> prompt, int64_t vocab, int64_t max_new_tokens) {
+  const size_t n_vocab = static_cast<size_t>(std::max<int64_t>(vocab, 0));
+  const size_t n_new = static_cast<size_t>(std::max<int64_t>(max_new_tokens, 0));
+  const auto window = [](int64_t size) { return static_cast<size_t>(std::max<int64_t>(size, 0)); };
+  seen_ = TokenCounts{};
+  output_ = TokenCounts{};
+  presence_output_ = TokenCounts{};
+  if (params_.repetition_penalty != 1.0f) {
+    seen_.reset(n_vocab, window(params_.repetition_context_size), prompt.size() + n_new);
+    for (int32_t id : prompt) seen_.add(id);
+  }
+  if (params_.frequency_penalty != 0.0f || (params_.presence_penalty != 0.0f && shared_output_counts()))
+    output_.reset(n_vocab, window(params_.frequency_context_size), n_new);
+  if (params_.presence_penalty != 0.0f && !shared_output_counts())
+    presence_output_.reset(n_vocab, window(params_.presence_context_size), n_new);
+  if (adjusts_logits()) adjusted_.reserve(n_vocab);
 }
 
 void Sampler::accept(int32_t id) {
   if (id < 0) return;
-  if (params_.repetition_penalty != 1.0f) accept_seen(id);
-  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
-    if (static_cast<size_t>(id) >= output_count_.size()) output_count_.resize(static_cast<size_t>(id) + 1, 0);
-    if (output_count_[static_cast<size_t>(id)]++ == 0) output_ids_.push_back(id);
-  }
+  if (!seen_.empty()) seen_.add(id);
+  if (!output_.empty()) output_.add(id);
+  if (!presence_output_.empty()) presence_output_.add(id);
 }
 
 const float* Sampler::processed_logits(const float* logits, int64_t vocab) {
@@ -90,14 +107,20 @@ const float* Sampler::processed_logits(const float* logits, int64_t vocab) {
   adjusted_.assign(logits, logits + vocab);
   float* l = adjusted_.data();
   if (const float p = params_.repetition_penalty; p != 1.0f)
-    for (int32_t id : seen_ids_)
+    seen_.for_each([&](int32_t id, int32_t) {
       if (id < vocab) l[id] = l[id] > 0.0f ? l[id] / p : l[id] * p;
-  // vLLM's order: frequency, then presence.
-  for (int32_t id : output_ids_) {
-    if (id >= vocab) continue;
-    l[id] -= params_.frequency_penalty * static_cast<float>(output_count_[static_cast<size_t>(id)]);
-    l[id] -= params_.presence_penalty;
-  }
+    });
+  // vLLM's order: frequency, then presence (per token).
+  const bool shared = shared_output_counts();
+  output_.for_each([&](int32_t id, int32_t count) {
+    if (id >= vocab) return;
+    l[id] -= params_.frequency_penalty * static_cast<float>(count);
+    if (shared) l[id] -= params_.presence_penalty;
+  });
+  if (!shared)
+    presence_output_.for_each([&](int32_t id, int32_t) {
+      if (id < vocab) l[id] -= params_.presence_penalty;
+    });
   for (const auto& [id, bias] : params_.logit_bias)
     if (id >= 0 && id < vocab) l[id] += bias;
   return l;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <span>
 #include <string>
@@ -31,6 +32,12 @@ struct SamplingParams {
   // + frequency * count. 0 = off; each in [-2, 2].
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // Windows (mlx_lm.server's *_context_size): a penalty sees only the last N tokens of
+  // what it counts (repetition: prompt + output; presence, frequency: the output).
+  // 0: all of them.
+  int64_t repetition_context_size = 0;
+  int64_t presence_context_size = 0;
+  int64_t frequency_context_size = 0;
   // OpenAI logit_bias: (token id, bias) added to the logit last, after the
   // penalties, so -100 bans and +100 forces whatever the penalties did. Ids must
   // be inside the vocabulary; a repeated id adds up.
@@ -63,6 +70,37 @@ struct SampledToken {
   std::vector<TokenLogprob> top;
 };
 
+// Per-id counts of the last `limit` tokens added (0: all of them), and the distinct ids
+// among them, so a penalty walks only the ids it has seen.
+class TokenCounts {
+ public:
+  void reset(size_t vocab, size_t limit, size_t reserve);
+  void add(int32_t id);
+  bool empty() const { return count_.empty(); }
+  // f(id, count) for every id counted now, in first-counted order.
+  template <typename F>
+  void for_each(F f) {
+    size_t kept = 0;
+    for (int32_t id : ids_) {
+      const int32_t c = count_[static_cast<size_t>(id)];
+      if (c == 0) {
+        listed_[static_cast<size_t>(id)] = 0;  // left the window: relisted when it returns
+        continue;
+      }
+      ids_[kept++] = id;
+      f(id, c);
+    }
+    ids_.resize(kept);
+  }
+
+ private:
+  size_t limit_ = 0;
+  std::deque<int32_t> window_;   // the last limit_ ids, when limit_ > 0
+  std::vector<int32_t> count_;   // [vocab]
+  std::vector<uint8_t> listed_;  // [vocab]: in ids_
+  std::vector<int32_t> ids_;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
@@ -92,7 +130,6 @@ class Sampler {
 
  private:
   bool adjusts_logits() const;
-  void accept_seen(int32_t id);
   int32_t draw(const float* logits, int64_t vocab);
   SampleRow rule() const;  // the params' temperature / top-k / top-p / min-p
   double next_uniform();   // in [0, 1), from the request's generator
@@ -102,12 +139,14 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<float> adjusted_;  // [vocab] processed logits, when adjusts_logits()
-  // Token history, kept only when a penalty needs it: distinct ids seen
-  // (prompt + output) and per-id output counts.
-  std::vector<int32_t> seen_ids_;      // distinct, in first-seen order
-  std::vector<uint8_t> seen_;          // [vocab]
-  std::vector<int32_t> output_ids_;    // distinct ids of the output
-  std::vector<int32_t> output_count_;  // [vocab]
+  bool shared_output_counts() const { return params_.presence_context_size == params_.frequency_context_size; }
+
+  // Token history, kept only when a penalty needs it: prompt + output ids for the
+  // repetition penalty, output ids for frequency (and presence, when its window is the
+  // same; else its own).
+  TokenCounts seen_;
+  TokenCounts output_;
+  TokenCounts presence_output_;
 };
 
 // argmax with the lowest index winning ties, as torch.argmax does.

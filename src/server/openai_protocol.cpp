@@ -193,6 +193,11 @@ void parse_sampling(const ordered_json& body, const RequestContext& ctx, Complet
   if (auto x = number_field(body, "presence_penalty", -2.0, 2.0)) p.sampling.presence_penalty = static_cast<float>(*x);
   if (auto x = number_field(body, "frequency_penalty", -2.0, 2.0)) p.sampling.frequency_penalty = static_cast<float>(*x);
   if (auto x = number_field(body, "repetition_penalty", 0.01, 100.0)) p.sampling.repetition_penalty = static_cast<float>(*x);
+  // mlx_lm.server's windows: a penalty over the last N tokens only (0 or absent: all).
+  constexpr int64_t kMaxWindow = int64_t{1} << 24;
+  if (auto n = int_field(body, "repetition_context_size", 0, kMaxWindow)) p.sampling.repetition_context_size = *n;
+  if (auto n = int_field(body, "presence_context_size", 0, kMaxWindow)) p.sampling.presence_context_size = *n;
+  if (auto n = int_field(body, "frequency_context_size", 0, kMaxWindow)) p.sampling.frequency_context_size = *n;
   p.sampling.logit_bias = check_logit_bias(body, ctx.vocab_size);
 }
 

@@ -273,3 +273,14 @@ test('a field kettle cannot apply is a 400 naming it, through the official clien
   // The server lives on.
   assert.equal((await client.chat.completions.create(base)).object, 'chat.completion');
 });
+
+test('penalty windows (mlx_lm.server\'s *_context_size) are applied', async () => {
+  const base = { messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 32, repetition_penalty: 1.5 };
+  const text = async (extra) => (await client.chat.completions.create({ ...base, ...extra })).choices[0].message.content;
+  const whole = await text({});
+  // A window longer than prompt and output is the whole context; a one-token window is not.
+  assert.equal(await text({ repetition_context_size: 100000 }), whole);
+  assert.notEqual(await text({ repetition_context_size: 1 }), whole);
+  await assert.rejects(client.chat.completions.create({ ...base, repetition_context_size: -1 }),
+    (e) => e.status === 400 && (e.error?.param ?? e.param) === 'repetition_context_size');
+});

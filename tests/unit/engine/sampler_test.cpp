@@ -386,3 +386,63 @@ TEST(SamplerOnDevice, PenaltiesBiasAndLogprobsKeepTheLogitsOnTheHost) {
 
 }  // namespace
 }  // namespace kettle
+
+namespace kettle {
+namespace {
+
+// Penalty windows (repetition / presence / frequency *_context_size) against a direct
+// count over the last N tokens, at every step of a run with repeats, for several windows.
+TEST(Sampler, PenaltyWindowsCountOnlyTheLastTokens) {
+  const int64_t vocab = 50;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> id(0, 11);  // few ids: many repeats, ids leave and return
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<int32_t> prompt(30);
+  for (auto& t : prompt) t = id(rng);
+  for (const auto& [rep, pres, freq] : {std::tuple<int64_t, int64_t, int64_t>{0, 0, 0}, {8, 5, 5}, {3, 7, 2}, {40, 0, 6}}) {
+    SamplingParams p;
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.repetition_context_size = rep;
+    p.presence_context_size = pres;
+    p.frequency_context_size = freq;
+    Sampler s(p);
+    s.start(prompt, vocab, 64);
+    std::vector<int32_t> all = prompt, output;
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> logits(static_cast<size_t>(vocab));
+      for (auto& l : logits) l = value(rng);
+      const auto last = [](const std::vector<int32_t>& ids, int64_t n) {
+        const size_t from = n > 0 && ids.size() > static_cast<size_t>(n) ? ids.size() - static_cast<size_t>(n) : 0;
+        return std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(from), ids.end());
+      };
+      std::vector<float> expected = logits;
+      std::set<int32_t> seen;
+      for (int32_t t : last(all, rep)) seen.insert(t);
+      for (int32_t t : seen) expected[t] = expected[t] > 0 ? expected[t] / 1.3f : expected[t] * 1.3f;
+      std::map<int32_t, int> freq_count, pres_count;
+      for (int32_t t : last(output, freq)) ++freq_count[t];
+      for (int32_t t : last(output, pres)) ++pres_count[t];
+      for (int64_t t = 0; t < vocab; ++t) {
+        const auto i = static_cast<int32_t>(t);
+        if (freq_count.count(i)) expected[t] -= 0.25f * static_cast<float>(freq_count[i]);
+        if (pres_count.count(i)) expected[t] -= 0.5f;
+      }
+      const float* got = s.processed_logits(logits.data(), vocab);
+      for (int64_t t = 0; t < vocab; ++t)
+        ASSERT_EQ(got[t], expected[t]) << "windows " << rep << "/" << pres << "/" << freq << " step " << step
+                                             << " token " << t;
+      const int32_t next = id(rng);
+      s.accept(next);
+      all.push_back(next);
+      output.push_back(next);
+    }
+  }
+  SamplingParams bad;
+  bad.presence_context_size = -1;
+  EXPECT_THROW(validate_sampling(bad, vocab), Error);
+}
+
+}  // namespace
+}  // namespace kettle
