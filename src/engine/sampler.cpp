@@ -35,6 +35,10 @@ void validate_sampling(const SamplingParams& p, int64_t vocab) {
                                     std::pair{"presence_context_size", p.presence_context_size},
                                     std::pair{"frequency_context_size", p.frequency_context_size}})
     if (size < 0) fail(ErrorCategory::kInvalidArgument, "{} {} is out of range: expected ≥ 0 (0 = all)", name, size);
+  if (!(p.xtc_probability >= 0.0f && p.xtc_probability <= 1.0f))
+    fail(ErrorCategory::kInvalidArgument, "xtc_probability {} is out of range: expected 0 to 1", p.xtc_probability);
+  if (!(p.xtc_threshold >= 0.0f && p.xtc_threshold <= 1.0f))
+    fail(ErrorCategory::kInvalidArgument, "xtc_threshold {} is out of range: expected 0 to 1", p.xtc_threshold);
   if (p.top_logprobs < 0 || p.top_logprobs > 20)
     fail(ErrorCategory::kInvalidArgument, "top_logprobs {} is out of range: expected 0 to 20", p.top_logprobs);
   for (const auto& [id, bias] : p.logit_bias) {
@@ -128,11 +132,33 @@ const float* Sampler::processed_logits(const float* logits, int64_t vocab) {
 
 SampledToken Sampler::sample(const float* logits, int64_t vocab) {
   const float* l = processed_logits(logits, vocab);
+  const float* pick = l;
+  if (params_.xtc_probability > 0.0f && next_uniform() < params_.xtc_probability) pick = exclude_top_choices(l, vocab);
   SampledToken token;
-  token.id = params_.temperature <= 0.0f ? argmax(l, vocab) : draw(l, vocab);
+  token.id = params_.temperature <= 0.0f ? argmax(pick, vocab) : draw(pick, vocab);
   if (params_.logprobs) fill_logprobs(l, vocab, token);
   accept(token.id);
   return token;
+}
+
+const float* Sampler::exclude_top_choices(const float* logits, int64_t vocab) {
+  const double t = params_.temperature > 0.0f ? params_.temperature : 1.0;
+  const double max = logits[argmax(logits, vocab)];
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp((static_cast<double>(logits[i]) - max) / t);
+  // A token reaches the threshold when exp((l - max) / t) ≥ threshold · sum.
+  const double bar = params_.xtc_threshold * sum;
+  int64_t reached = 0, least = -1;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::exp((static_cast<double>(logits[i]) - max) / t) < bar) continue;
+    ++reached;
+    if (least < 0 || logits[i] < logits[least] || (logits[i] == logits[least] && i > least)) least = i;
+  }
+  if (reached < 2) return logits;
+  xtc_.assign(logits, logits + vocab);
+  for (int64_t i = 0; i < vocab; ++i)
+    if (i != least && std::exp((static_cast<double>(logits[i]) - max) / t) >= bar) xtc_[static_cast<size_t>(i)] = -INFINITY;
+  return xtc_.data();
 }
 
 SampleRow Sampler::rule() const { return {params_.temperature, params_.top_k, params_.top_p, params_.min_p, 0.0f}; }

@@ -38,6 +38,12 @@ struct SamplingParams {
   int64_t repetition_context_size = 0;
   int64_t presence_context_size = 0;
   int64_t frequency_context_size = 0;
+  // XTC ("exclude top choices", text-generation-webui / llama.cpp): with probability
+  // xtc_probability per token, every token whose probability (softmax at the request's
+  // temperature, 1 when greedy) is at least xtc_threshold is removed but the least likely
+  // of them, when there are two or more; then the pick as usual. 0 = off.
+  float xtc_probability = 0.0f;
+  float xtc_threshold = 0.1f;
   // OpenAI logit_bias: (token id, bias) added to the logit last, after the
   // penalties, so -100 bans and +100 forces whatever the penalties did. Ids must
   // be inside the vocabulary; a repeated id adds up.
@@ -116,7 +122,7 @@ class Sampler {
   // True when a token needs nothing but the logits (no penalties, bias or logprobs), so
   // a backend may draw it where the logits live: device_row() gives this step's draw
   // (its uniform taken from the request's generator exactly as sample() would).
-  bool on_device() const { return !adjusts_logits() && !params_.logprobs; }
+  bool on_device() const { return !adjusts_logits() && !params_.logprobs && params_.xtc_probability <= 0.0f; }
   SampleRow device_row();
 
   // The logits after penalties and bias: `logits` itself when none apply, else
@@ -134,11 +140,15 @@ class Sampler {
   SampleRow rule() const;  // the params' temperature / top-k / top-p / min-p
   double next_uniform();   // in [0, 1), from the request's generator
   void fill_logprobs(const float* logits, int64_t vocab, SampledToken& token);
+  // The logits with XTC's top choices removed (an internal buffer), or `logits` when
+  // fewer than two tokens reach the threshold.
+  const float* exclude_top_choices(const float* logits, int64_t vocab);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<float> adjusted_;  // [vocab] processed logits, when adjusts_logits()
+  std::vector<float> xtc_;       // [vocab] the logits left by XTC
   bool shared_output_counts() const { return params_.presence_context_size == params_.frequency_context_size; }
 
   // Token history, kept only when a penalty needs it: prompt + output ids for the

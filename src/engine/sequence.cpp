@@ -25,6 +25,8 @@ nlohmann::json sampling_json(const SamplingParams& p) {
           {"repetition_context_size", p.repetition_context_size},
           {"presence_context_size", p.presence_context_size},
           {"frequency_context_size", p.frequency_context_size},
+          {"xtc_probability", p.xtc_probability},
+          {"xtc_threshold", p.xtc_threshold},
           {"logit_bias", p.logit_bias},
           {"logprobs", p.logprobs},
           {"top_logprobs", p.top_logprobs}};
@@ -40,10 +42,12 @@ SamplingParams sampling_from(const nlohmann::json& j) {
   p.repetition_penalty = j.at("repetition_penalty").get<float>();
   p.presence_penalty = j.at("presence_penalty").get<float>();
   p.frequency_penalty = j.at("frequency_penalty").get<float>();
-  // Absent from states written before the windows existed: whole-context penalties.
+  // Absent from states written before these existed: whole-context penalties, no XTC.
   p.repetition_context_size = j.value("repetition_context_size", int64_t{0});
   p.presence_context_size = j.value("presence_context_size", int64_t{0});
   p.frequency_context_size = j.value("frequency_context_size", int64_t{0});
+  p.xtc_probability = j.value("xtc_probability", 0.0f);
+  p.xtc_threshold = j.value("xtc_threshold", 0.1f);
   p.logit_bias = j.at("logit_bias").get<std::vector<std::pair<int32_t, float>>>();
   p.logprobs = j.at("logprobs").get<bool>();
   p.top_logprobs = j.at("top_logprobs").get<int>();

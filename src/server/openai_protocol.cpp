@@ -198,6 +198,8 @@ void parse_sampling(const ordered_json& body, const RequestContext& ctx, Complet
   if (auto n = int_field(body, "repetition_context_size", 0, kMaxWindow)) p.sampling.repetition_context_size = *n;
   if (auto n = int_field(body, "presence_context_size", 0, kMaxWindow)) p.sampling.presence_context_size = *n;
   if (auto n = int_field(body, "frequency_context_size", 0, kMaxWindow)) p.sampling.frequency_context_size = *n;
+  if (auto x = number_field(body, "xtc_probability", 0.0, 1.0)) p.sampling.xtc_probability = static_cast<float>(*x);
+  if (auto x = number_field(body, "xtc_threshold", 0.0, 1.0)) p.sampling.xtc_threshold = static_cast<float>(*x);
   p.sampling.logit_bias = check_logit_bias(body, ctx.vocab_size);
 }
 

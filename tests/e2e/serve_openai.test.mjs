@@ -263,7 +263,7 @@ test('a field kettle cannot apply is a 400 naming it, through the official clien
   await refused({ tools, tool_choice: 'required' }, 'tool_choice');
   await refused({ tools, tool_choice: { type: 'function', function: { name: 'lookup' } } }, 'tool_choice');
   await refused({ guided_choice: ['yes', 'no'] }, 'guided_choice');
-  await refused({ xtc_probability: 0.5 }, 'xtc_probability');
+  await refused({ typical_p: 0.5 }, 'typical_p');
   await refused({ frobnicate: true }, 'frobnicate');
   await refused({ store: true }, 'store');
   // What kettle does anyway is taken: text format, auto tool choice, parallel calls, no storing.
@@ -283,4 +283,14 @@ test('penalty windows (mlx_lm.server\'s *_context_size) are applied', async () =
   assert.notEqual(await text({ repetition_context_size: 1 }), whole);
   await assert.rejects(client.chat.completions.create({ ...base, repetition_context_size: -1 }),
     (e) => e.status === 400 && (e.error?.param ?? e.param) === 'repetition_context_size');
+});
+
+test('XTC is applied: above 0.5 no two tokens qualify (greedy unchanged); at 0 only the least likely is left', async () => {
+  const base = { messages: [{ role: 'user', content: question }], temperature: 0, max_tokens: 16 };
+  const text = async (extra) => (await client.chat.completions.create({ ...base, ...extra })).choices[0].message.content;
+  const greedy = await text({});
+  assert.equal(await text({ xtc_probability: 1, xtc_threshold: 0.5 }), greedy);
+  assert.notEqual(await text({ xtc_probability: 1, xtc_threshold: 0, ignore_eos: true }), greedy);
+  await assert.rejects(client.chat.completions.create({ ...base, xtc_probability: 2 }),
+    (e) => e.status === 400 && (e.error?.param ?? e.param) === 'xtc_probability');
 });

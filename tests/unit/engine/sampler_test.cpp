@@ -446,3 +446,60 @@ TEST(Sampler, PenaltyWindowsCountOnlyTheLastTokens) {
 
 }  // namespace
 }  // namespace kettle
+
+namespace kettle {
+namespace {
+
+// XTC: with probability 1, of the tokens at or above the threshold all but the least
+// likely go; below two such tokens nothing changes; the chance is per token; the
+// reported logprobs stay those of the unfiltered distribution.
+TEST(Sampler, XtcRemovesTheTopChoicesButTheLeastLikelyOfThem) {
+  // softmax of {3, 2.5, 2, 0, ...}: tokens 0, 1 and 2 are above 0.1; token 2 is the least of them.
+  std::vector<float> logits(20, 0.0f);
+  logits[0] = 3.0f, logits[1] = 2.5f, logits[2] = 2.0f;
+  SamplingParams p;
+  p.xtc_probability = 1.0f;
+  p.xtc_threshold = 0.1f;
+  p.logprobs = true;
+  Sampler greedy(p);
+  greedy.start({}, 20);
+  const SampledToken t = greedy.sample(logits.data(), 20);
+  EXPECT_EQ(t.id, 2);
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-5);  // the unfiltered distribution's
+  EXPECT_FALSE(greedy.on_device());
+  // A threshold only the top token reaches: no change.
+  p.xtc_threshold = 0.4f;
+  Sampler high(p);
+  high.start({}, 20);
+  EXPECT_EQ(high.sample(logits.data(), 20).id, 0);
+  // Sampling at temperature 1: never one of the removed tokens.
+  p.xtc_threshold = 0.1f;
+  p.temperature = 1.0f;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    p.seed = seed;
+    Sampler s(p);
+    s.start({}, 20);
+    const int32_t id = s.sample(logits.data(), 20).id;
+    EXPECT_NE(id, 0);
+    EXPECT_NE(id, 1);
+  }
+  // The chance applies per token: about half of 2,000 greedy picks lose the top choices.
+  p.temperature = 0.0f;
+  p.xtc_probability = 0.5f;
+  int removed = 0;
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    p.seed = seed;
+    Sampler s(p);
+    s.start({}, 20);
+    removed += s.sample(logits.data(), 20).id == 2;
+  }
+  EXPECT_NEAR(removed, 1000, 4 * std::sqrt(2000 * 0.25));  // four standard deviations
+  SamplingParams bad;
+  bad.xtc_probability = 1.5f;
+  EXPECT_THROW(validate_sampling(bad, 20), Error);
+}
+
+}  // namespace
+}  // namespace kettle

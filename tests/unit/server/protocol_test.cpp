@@ -286,6 +286,8 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"logit_bias", {{"logit_bias", {{"5", 1}}}}},
       {"logprobs", {{"logprobs", true}}},
       {"repetition_context_size", {{"repetition_context_size", 20}}},
+      {"xtc_probability", {{"xtc_probability", 0.5}}},
+      {"xtc_threshold", {{"xtc_threshold", 0.1}}},
       {"presence_context_size", {{"presence_context_size", 20}}},
       {"frequency_context_size", {{"frequency_context_size", 20}}},
       {"stop", {{"stop", "x"}}},
