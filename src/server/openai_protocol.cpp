@@ -210,6 +210,8 @@ void parse_logprobs(const ordered_json& body, bool chat, CompletionParams& p) {
     if (top && !on) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
     p.sampling.logprobs = on;
     p.sampling.top_logprobs = static_cast<int>(top.value_or(0));
+  } else if (const ordered_json* lp = field(body, "logprobs"); lp && lp->is_boolean()) {
+    p.sampling.logprobs = lp->get<bool>();  // true, as chat takes it: the drawn tokens', no alternatives
   } else if (auto n = int_field(body, "logprobs", 0, 5)) {
     p.sampling.logprobs = true;
     p.sampling.top_logprobs = static_cast<int>(*n);

@@ -374,6 +374,18 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
   }
 }
 
+TEST(OpenAiRequest, CompletionsTakeLogprobsAsACountOrTrue) {
+  const auto parsed = [](ojson logprobs) {
+    return parse_openai_request({{"prompt", "x"}, {"logprobs", std::move(logprobs)}}, false, kCtx).sampling;
+  };
+  EXPECT_TRUE(parsed(true).logprobs);
+  EXPECT_EQ(parsed(true).top_logprobs, 0);
+  EXPECT_FALSE(parsed(false).logprobs);
+  EXPECT_TRUE(parsed(3).logprobs);
+  EXPECT_EQ(parsed(3).top_logprobs, 3);
+  EXPECT_EQ(rejected_param({{"prompt", "x"}, {"logprobs", "yes"}}, false), "logprobs");
+}
+
 TEST(RequestFields, ValuesKettleCannotApplyAreRefusedByName) {
   const ojson tools = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
   const auto chat_param = [](const ojson& extra) { return rejected_param(chat_body(extra)); };
