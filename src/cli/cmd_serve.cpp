@@ -70,6 +70,8 @@ struct ServeFlags {
   std::vector<std::string> cors_origins;
   std::vector<std::string> allowed_hosts;
   double drain_seconds = 10.0;
+  double response_store_mb = 64.0;
+  int64_t response_ttl = 3600;
   double prompt_cache_gb = 8.0;
   int batch = 8;
   int64_t prefill_chunk = 2048;
@@ -146,6 +148,8 @@ int run_serve(const ServeFlags& flags) {
   config.max_queue = flags.max_queue;
   config.batch = flags.batch;
   config.default_max_tokens = flags.max_tokens;
+  config.response_store_bytes = static_cast<size_t>(flags.response_store_mb * 1e6);
+  config.response_ttl_seconds = flags.response_ttl;
   config.http.max_connections = flags.max_connections;
   config.literal_special_tokens = flags.literal_special_tokens;
   config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
@@ -208,6 +212,13 @@ Action register_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--max-queue", f->max_queue, "requests that may wait for the engine; past it, 429")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--response-store", f->response_store_mb,
+                 "MB of /v1/responses kept for previous_response_id and GET (the oldest go first)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--response-ttl", f->response_ttl, "seconds a stored /v1/responses response is kept")
+      ->check(CLI::Range(int64_t{1}, int64_t{30} * 24 * 3600))
       ->capture_default_str();
   app.add_option("--drain-timeout", f->drain_seconds,
                  "seconds SIGINT/SIGTERM waits for in-flight requests before cancelling them")

@@ -15,6 +15,7 @@
 #include "server/literal_content.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
+#include "server/responses_protocol.h"
 #include "server/turn_builder.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -39,7 +40,7 @@ struct HttpServer::Prepared {
 namespace {
 
 const char* route_of(int api) {
-  static const char* const routes[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages"};
+  static const char* const routes[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"};
   return routes[api];
 }
 
@@ -63,7 +64,8 @@ std::unique_ptr<ResponseWriter> HttpServer::response_writer(Api api, const Compl
   switch (api) {
     case Api::kChat: return make_openai_writer({random_id("chatcmpl-"), created, config_.model_id}, params);
     case Api::kCompletion: return make_openai_writer({random_id("cmpl-"), created, config_.model_id}, params);
-    case Api::kMessages: break;
+    case Api::kMessages:
+    case Api::kResponses: break;  // the Responses writer is made with its request (prepare)
   }
   return make_anthropic_writer(random_id("msg_"), config_.model_id);
 }
@@ -80,7 +82,13 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   p.route = route_of(static_cast<int>(api));
   RequestContext ctx{config_.model_id, config_.vocab_size, config_.sampling};
   nlohmann::ordered_json body = parse_body(req.body);
-  p.params = api == Api::kMessages ? parse_anthropic_request(body, ctx) : parse_openai_request(body, api == Api::kChat, ctx);
+  std::optional<ResponsesRequest> responses;
+  if (api == Api::kResponses) {
+    responses = parse_responses_request(body, ctx, responses_);
+    p.params = responses->params;
+  } else {
+    p.params = api == Api::kMessages ? parse_anthropic_request(body, ctx) : parse_openai_request(body, api == Api::kChat, ctx);
+  }
   validate_sampling(p.params.sampling, config_.vocab_size);  // the engine's own checks, answered before queueing
   const CompletionParams& params = p.params;
   const char* prompt_field = params.chat ? "messages" : "prompt";
@@ -160,7 +168,15 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   // Cached prefixes are shared only between requests of one key and one cache_salt.
   if (key_index != 0 || !params.cache_salt.empty())
     p.request.cache_scope = std::hash<std::string>{}(fmt::format("{}\x1f{}", key_index, params.cache_salt)) | 1;
-  p.writer = response_writer(api, params);
+  if (responses) {
+    const ResponsesMeta meta{random_id("resp_"), static_cast<int64_t>(std::time(nullptr)), config_.model_id};
+    p.writer = make_responses_writer(meta, std::move(*responses), [this](const nlohmann::ordered_json& response,
+                                                                         nlohmann::ordered_json conversation) {
+      responses_.put(response["id"].get<std::string>(), {response, std::move(conversation)});
+    });
+  } else {
+    p.writer = response_writer(api, params);
+  }
   return p;
 }
 

@@ -25,9 +25,18 @@ namespace {
 // What each route answers to; the page and /health need no key.
 struct RouteSpec {
   const char* path;
-  const char* method;
+  const char* method;  // one, or a list ("GET, DELETE")
   bool open;
   bool prefix = false;  // the path and anything after it (/v1/models/{id})
+
+  bool takes(const std::string& m) const {
+    const std::string_view methods(method);
+    for (size_t at = methods.find(m); at != std::string_view::npos; at = methods.find(m, at + 1)) {
+      const size_t end = at + m.size();
+      if ((at == 0 || methods[at - 1] == ' ') && (end == methods.size() || methods[end] == ',')) return true;
+    }
+    return false;
+  }
 };
 constexpr RouteSpec kRoutes[] = {
     {"/", "GET", true},
@@ -40,6 +49,8 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/chat/completions", "POST", false},
     {"/v1/completions", "POST", false},
     {"/v1/messages", "POST", false},
+    {"/v1/responses", "POST", false},
+    {"/v1/responses/", "GET, DELETE", false, true},
 };
 
 const RouteSpec* find_route(const std::string& path) {
@@ -69,6 +80,7 @@ HttpServer::HttpServer(ServerConfig config, const Tokenizer& tokenizer, const Ch
       engine_(engine),
       access_(config_.access),
       special_strings_(tokenizer.special_token_strings()),
+      responses_(config_.response_store_bytes, std::chrono::seconds(config_.response_ttl_seconds)),
       events_(
           config_.http, [this](std::shared_ptr<http::Exchange> exchange) { route(exchange); },
           [](int status, const std::string& message) { return openai_error_body(ApiError(status, message)); }),
@@ -108,18 +120,22 @@ void HttpServer::route(const std::shared_ptr<http::Exchange>& exchange) {
       return ex.reply(std::move(r));
     }
     if (!spec) throw ApiError(404, fmt::format("no route for {} {}", req.method, req.path));
-    const bool head_of_get = req.method == "HEAD" && std::string_view(spec->method) == "GET";
-    if (req.method != spec->method && !head_of_get) {
+    const bool head_of_get = req.method == "HEAD" && spec->takes("GET");
+    if (!spec->takes(req.method) && !head_of_get) {
       http::Response r = error_response(ApiError(405, fmt::format("{} takes {}, not {}", spec->path, spec->method, req.method)));
-      r.set_header("Allow", std::string(spec->method) + (std::string_view(spec->method) == "GET" ? ", HEAD" : ""));
+      r.set_header("Allow", std::string(spec->method) + (spec->takes("GET") ? ", HEAD" : ""));
       return ex.reply(std::move(r));
     }
     const int key_index = spec->open ? 0 : access_.authenticate(req);
     const std::string path = spec->path;
     if (path.rfind("/admin/", 0) == 0) access_.check_admin(req);
+    if (path == "/v1/responses/") return answer_stored_response(ex, req.path.substr(path.size()));
     const bool generation = path.rfind("/v1/", 0) == 0 && path.rfind("/v1/models", 0) != 0;
     if (!generation && path != "/admin/cache/flush") return answer_quick(ex, path);
-    const Api api = path == "/v1/chat/completions" ? Api::kChat : path == "/v1/completions" ? Api::kCompletion : Api::kMessages;
+    const Api api = path == "/v1/chat/completions" ? Api::kChat
+                    : path == "/v1/completions"    ? Api::kCompletion
+                    : path == "/v1/responses"      ? Api::kResponses
+                                                   : Api::kMessages;
     std::shared_ptr<http::Exchange> held = exchange;
     auto task = [this, held, generation, api, key_index, path] {
       try {
@@ -158,6 +174,16 @@ void HttpServer::answer_quick(http::Exchange& ex, const std::string& path) {
   // model does; the answer names the served id.
   if (path == "/v1/models") return ex.reply(json_response(200, openai_model_list(model_card()).dump()));
   ex.reply(json_response(200, openai_model(model_card()).dump()));
+}
+
+void HttpServer::answer_stored_response(http::Exchange& ex, const std::string& id) {
+  if (ex.request().method == "DELETE") {
+    if (!responses_.erase(id)) throw ApiError(404, fmt::format("no stored response '{}'", id));
+    return ex.reply(json_response(200, nlohmann::json{{"id", id}, {"object", "response.deleted"}, {"deleted", true}}.dump()));
+  }
+  std::optional<ResponseStore::Entry> entry = responses_.get(id);
+  if (!entry) throw ApiError(404, fmt::format("no stored response '{}' (never stored, deleted, or expired)", id));
+  ex.reply(json_response(200, entry->response.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 ModelCard HttpServer::model_card() const {

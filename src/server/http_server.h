@@ -24,6 +24,7 @@
 #include "server/http/worker_pool.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/response_store.h"
 #include "server/response_writer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +42,8 @@ struct ServerConfig {
   http::ServerLimits http;          // connections, deadlines, head and body sizes
   AccessConfig access;              // API keys, CORS origins, Host names
   bool literal_special_tokens = false;  // control-token strings in message content stay text
+  size_t response_store_bytes = size_t{64} << 20;  // /v1/responses kept for previous_response_id and GET
+  int64_t response_ttl_seconds = 3600;
 };
 
 class HttpServer {
@@ -59,11 +62,12 @@ class HttpServer {
   void shutdown(double drain_seconds);
 
  private:
-  enum class Api { kChat, kCompletion, kMessages };
+  enum class Api { kChat, kCompletion, kMessages, kResponses };
   struct Prepared;  // a checked request, its prompt ids and how to read its output
 
   void route(const std::shared_ptr<http::Exchange>& exchange);  // on the event loop
   void answer_quick(http::Exchange& exchange, const std::string& path);
+  void answer_stored_response(http::Exchange& exchange, const std::string& id);  // GET / DELETE /v1/responses/{id}
   ModelCard model_card() const;  // what /v1/models tells of the served model
   void handle_generation(http::Exchange& exchange, Api api, int key_index);
   Prepared prepare(const http::Request& req, Api api, int key_index);
@@ -83,6 +87,7 @@ class HttpServer {
   AccessPolicy access_;
   std::vector<std::string> special_strings_;  // the tokenizer's special tokens, for --literal-special-tokens
   Metrics metrics_;
+  ResponseStore responses_;  // /v1/responses by id
   http::EventServer events_;
   http::WorkerPool workers_;
   std::mutex prompt_mutex_;  // render + encode, from any handler thread

@@ -93,20 +93,6 @@ ordered_json check_tools(const ordered_json& body) {
   return *tools;
 }
 
-// tool_choice "auto" and "none" are applied (the tools shown or not); "required" and a
-// named function would need decoding held to a call, which is not built yet: refused.
-void check_tool_choice(const ordered_json& body) {
-  const ordered_json* choice = field(body, "tool_choice");
-  if (!choice) return;
-  const bool forced = *choice == "required" || choice->is_object();
-  if (forced)
-    throw ApiError(400,
-                   "'tool_choice' that forces a call (\"required\" or a named function) is not supported: "
-                   "constrained decoding is not built yet; send \"auto\"",
-                   "tool_choice");
-  if (*choice != "auto" && *choice != "none") bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
-}
-
 // The fields whose every value but one (or a few) is refused: each is applied where it
 // asks for what kettle does anyway, and refused by name where it asks for more.
 void check_fixed_fields(const ordered_json& body) {
@@ -140,21 +126,6 @@ void check_fixed_fields(const ordered_json& body) {
   (void)string_field(body, "prompt_cache_key");
 }
 
-// reasoning_effort: "none" and "minimal" turn the template's thinking off, the others on
-// (a template without a thinking switch ignores it, as with chat_template_kwargs).
-void parse_reasoning_effort(const ordered_json& body, CompletionParams& p) {
-  const auto effort = string_field(body, "reasoning_effort");
-  if (!effort) return;
-  bool thinking = true;
-  if (*effort == "none" || *effort == "minimal")
-    thinking = false;
-  else if (*effort != "low" && *effort != "medium" && *effort != "high" && *effort != "xhigh")
-    bad_field("reasoning_effort", "\"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"");
-  if (p.thinking && *p.thinking != thinking)
-    bad_field("reasoning_effort", "consistent with chat_template_kwargs.enable_thinking");
-  p.thinking = thinking;
-}
-
 std::vector<std::pair<int32_t, float>> check_logit_bias(const ordered_json& body, int64_t vocab_size) {
   const ordered_json* bias = field(body, "logit_bias");
   if (!bias) return {};
@@ -178,30 +149,6 @@ std::vector<std::pair<int32_t, float>> check_logit_bias(const ordered_json& body
 // to it, and the response names the served id, as llama-server does. A name that is not a
 // string is refused by name.
 void check_model(const ordered_json& body, const std::string&) { (void)string_field(body, "model"); }
-
-void parse_sampling(const ordered_json& body, const RequestContext& ctx, CompletionParams& p) {
-  p.sampling = ctx.sampling;
-  if (auto t = number_field(body, "temperature", 0.0, 2.0)) p.sampling.temperature = static_cast<float>(*t);
-  if (auto t = number_field(body, "top_p", 0.0, 1.0)) p.sampling.top_p = static_cast<float>(*t);
-  if (auto k = int_field(body, "top_k", -1)) p.sampling.top_k = static_cast<int>(std::min<int64_t>(*k, 1 << 30));
-  if (auto m = number_field(body, "min_p", 0.0, 1.0)) p.sampling.min_p = static_cast<float>(*m);
-  if (auto s = int_field(body, "seed", INT64_MIN)) {
-    p.sampling.seed = static_cast<uint64_t>(*s);
-  } else {
-    p.sampling.seed = std::random_device{}();
-  }
-  if (auto x = number_field(body, "presence_penalty", -2.0, 2.0)) p.sampling.presence_penalty = static_cast<float>(*x);
-  if (auto x = number_field(body, "frequency_penalty", -2.0, 2.0)) p.sampling.frequency_penalty = static_cast<float>(*x);
-  if (auto x = number_field(body, "repetition_penalty", 0.01, 100.0)) p.sampling.repetition_penalty = static_cast<float>(*x);
-  // mlx_lm.server's windows: a penalty over the last N tokens only (0 or absent: all).
-  constexpr int64_t kMaxWindow = int64_t{1} << 24;
-  if (auto n = int_field(body, "repetition_context_size", 0, kMaxWindow)) p.sampling.repetition_context_size = *n;
-  if (auto n = int_field(body, "presence_context_size", 0, kMaxWindow)) p.sampling.presence_context_size = *n;
-  if (auto n = int_field(body, "frequency_context_size", 0, kMaxWindow)) p.sampling.frequency_context_size = *n;
-  if (auto x = number_field(body, "xtc_probability", 0.0, 1.0)) p.sampling.xtc_probability = static_cast<float>(*x);
-  if (auto x = number_field(body, "xtc_threshold", 0.0, 1.0)) p.sampling.xtc_threshold = static_cast<float>(*x);
-  p.sampling.logit_bias = check_logit_bias(body, ctx.vocab_size);
-}
 
 void parse_logprobs(const ordered_json& body, bool chat, CompletionParams& p) {
   if (chat) {
@@ -231,6 +178,54 @@ void parse_template_kwargs(const ordered_json& body, CompletionParams& p) {
 
 }  // namespace
 
+void parse_openai_sampling(const ordered_json& body, const RequestContext& ctx, CompletionParams& p) {
+  p.sampling = ctx.sampling;
+  if (auto t = number_field(body, "temperature", 0.0, 2.0)) p.sampling.temperature = static_cast<float>(*t);
+  if (auto t = number_field(body, "top_p", 0.0, 1.0)) p.sampling.top_p = static_cast<float>(*t);
+  if (auto k = int_field(body, "top_k", -1)) p.sampling.top_k = static_cast<int>(std::min<int64_t>(*k, 1 << 30));
+  if (auto m = number_field(body, "min_p", 0.0, 1.0)) p.sampling.min_p = static_cast<float>(*m);
+  if (auto s = int_field(body, "seed", INT64_MIN)) {
+    p.sampling.seed = static_cast<uint64_t>(*s);
+  } else {
+    p.sampling.seed = std::random_device{}();
+  }
+  if (auto x = number_field(body, "presence_penalty", -2.0, 2.0)) p.sampling.presence_penalty = static_cast<float>(*x);
+  if (auto x = number_field(body, "frequency_penalty", -2.0, 2.0)) p.sampling.frequency_penalty = static_cast<float>(*x);
+  if (auto x = number_field(body, "repetition_penalty", 0.01, 100.0)) p.sampling.repetition_penalty = static_cast<float>(*x);
+  // mlx_lm.server's windows: a penalty over the last N tokens only (0 or absent: all).
+  constexpr int64_t kMaxWindow = int64_t{1} << 24;
+  if (auto n = int_field(body, "repetition_context_size", 0, kMaxWindow)) p.sampling.repetition_context_size = *n;
+  if (auto n = int_field(body, "presence_context_size", 0, kMaxWindow)) p.sampling.presence_context_size = *n;
+  if (auto n = int_field(body, "frequency_context_size", 0, kMaxWindow)) p.sampling.frequency_context_size = *n;
+  if (auto x = number_field(body, "xtc_probability", 0.0, 1.0)) p.sampling.xtc_probability = static_cast<float>(*x);
+  if (auto x = number_field(body, "xtc_threshold", 0.0, 1.0)) p.sampling.xtc_threshold = static_cast<float>(*x);
+  p.sampling.logit_bias = check_logit_bias(body, ctx.vocab_size);
+}
+
+// tool_choice "auto" and "none" are applied (the tools shown or not); "required" and a
+// named function would need decoding held to a call, which is not built yet: refused.
+void check_openai_tool_choice(const ordered_json& body) {
+  const ordered_json* choice = field(body, "tool_choice");
+  if (!choice) return;
+  const bool forced = *choice == "required" || choice->is_object();
+  if (forced)
+    throw ApiError(400,
+                   "'tool_choice' that forces a call (\"required\" or a named function) is not supported: "
+                   "constrained decoding is not built yet; send \"auto\"",
+                   "tool_choice");
+  if (*choice != "auto" && *choice != "none") bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
+}
+
+void apply_reasoning_effort(const std::string& effort, const char* name, CompletionParams& p) {
+  bool thinking = true;
+  if (effort == "none" || effort == "minimal")
+    thinking = false;
+  else if (effort != "low" && effort != "medium" && effort != "high" && effort != "xhigh")
+    bad_field(name, "\"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"");
+  if (p.thinking && *p.thinking != thinking) bad_field(name, "consistent with chat_template_kwargs.enable_thinking");
+  p.thinking = thinking;
+}
+
 CompletionParams parse_openai_request(const ordered_json& body, bool chat, const RequestContext& ctx) {
   check_fields(body, chat ? Route::kChatCompletions : Route::kCompletions);
   check_model(body, ctx.model_id);
@@ -238,11 +233,11 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
   p.chat = chat;
   if (chat) {
     p.messages = check_messages(body);
-    check_tool_choice(body);
+    check_openai_tool_choice(body);
     p.tools = check_tools(body);
     check_fixed_fields(body);
     parse_template_kwargs(body, p);
-    parse_reasoning_effort(body, p);
+    if (auto effort = string_field(body, "reasoning_effort")) apply_reasoning_effort(*effort, "reasoning_effort", p);
   } else {
     const ordered_json* prompt = field(body, "prompt");
     if (!prompt) throw ApiError(400, "'prompt' is required", "prompt");
@@ -253,7 +248,7 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
   p.max_tokens = int_field(body, "max_tokens", 1);
   if (auto n = int_field(body, "max_completion_tokens", 1)) p.max_tokens = n;
   if (auto n = int_field(body, "n", 1); n && *n != 1) bad_field("n", "1 (kettle returns one choice)");
-  parse_sampling(body, ctx, p);
+  parse_openai_sampling(body, ctx, p);
   parse_logprobs(body, chat, p);
   p.stop = string_list_field(body, "stop", 4);
   p.stream = bool_field(body, "stream").value_or(false);

@@ -128,6 +128,45 @@ std::vector<FieldRule> anthropic_rules() {
   };
 }
 
+std::vector<FieldRule> responses_rules() {
+  return {
+      {"model", kApplied, "any name routes to the served model; the response names it"},
+      {"input", kApplied, "a string or items: messages, function calls and their outputs, reasoning"},
+      {"instructions", kApplied, "a system message for this response (not carried to the next)"},
+      {"previous_response_id", kApplied, "continues a stored response's conversation"},
+      {"store", kApplied, "whether the response is kept for previous_response_id and GET"},
+      {"tools", kApplied, "function tools, shown to the template; calls come back as function_call items"},
+      {"tool_choice", kApplied, "\"auto\" or \"none\"; one that forces a call refused by value"},
+      {"parallel_tool_calls", kApplied, "true (several calls may come back); false refused by value"},
+      {"max_output_tokens", kApplied, "the cap on generated tokens"},
+      {"temperature", kApplied, "sampling"},
+      {"top_p", kApplied, "sampling"},
+      {"top_k", kApplied, "sampling"},
+      {"min_p", kApplied, "sampling"},
+      {"seed", kApplied, "the sampler's seed"},
+      {"presence_penalty", kApplied, "sampling"},
+      {"frequency_penalty", kApplied, "sampling"},
+      {"repetition_penalty", kApplied, "sampling"},
+      {"stream", kApplied, "server-sent events in the Responses API's sequence"},
+      {"reasoning", kApplied, "effort: none/minimal turn thinking off, others on; summary refused by value"},
+      {"text", kApplied, "format {\"type\": \"text\"}; json_schema and json_object refused by value"},
+      {"truncation", kApplied, "\"disabled\" (a prompt past the context is a 400); \"auto\" refused by value"},
+      {"cache_salt", kApplied, "separates prompt-cache entries"},
+      {"metadata", kInfo, "tags, returned with the response"},
+      {"user", kInfo, "an end-user identifier"},
+      {"safety_identifier", kInfo, "an end-user identifier"},
+      {"prompt_cache_key", kInfo, "a cache routing hint (the prompt cache is automatic)"},
+      {"service_tier", kInfo, "one tier"},
+      {"include", kRefused, "no extra output fields are built"},
+      {"background", kRefused, "responses run in the foreground"},
+      {"max_tool_calls", kRefused, "the number of calls is not capped"},
+      {"prompt", kRefused, "no stored prompt templates"},
+      {"conversation", kRefused, "use previous_response_id"},
+      {"top_logprobs", kRefused, "not reported on this route"},
+      {"stream_options", kRefused, "no stream options here"},
+  };
+}
+
 const char* route_name(Route route) {
   switch (route) {
     case Route::kChatCompletions:
@@ -136,6 +175,8 @@ const char* route_name(Route route) {
       return "/v1/completions";
     case Route::kAnthropicMessages:
       return "/v1/messages";
+    case Route::kResponses:
+      return "/v1/responses";
   }
   return "";
 }
@@ -144,7 +185,7 @@ const char* route_name(Route route) {
 
 const std::vector<FieldRule>& field_rules(Route route) {
   static const std::vector<FieldRule> chat = chat_rules(), completion = completion_rules(),
-                                      anthropic = anthropic_rules();
+                                      anthropic = anthropic_rules(), responses = responses_rules();
   switch (route) {
     case Route::kChatCompletions:
       return chat;
@@ -152,6 +193,8 @@ const std::vector<FieldRule>& field_rules(Route route) {
       return completion;
     case Route::kAnthropicMessages:
       return anthropic;
+    case Route::kResponses:
+      return responses;
   }
   return chat;
 }

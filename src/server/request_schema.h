@@ -13,7 +13,7 @@
 
 namespace kettle::server {
 
-enum class Route { kChatCompletions, kCompletions, kAnthropicMessages };
+enum class Route { kChatCompletions, kCompletions, kAnthropicMessages, kResponses };
 
 enum class FieldUse { kApplied, kInformational, kRefused };
 

@@ -13,6 +13,8 @@
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 #include "server/request_schema.h"
+#include "server/response_store.h"
+#include "server/responses_protocol.h"
 
 namespace kettle::server {
 namespace {
@@ -329,9 +331,42 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"metadata", {{"metadata", {{"user_id", "u"}}}}},
       {"service_tier", {{"service_tier", "auto"}}},
   };
-  const auto param = [](Route route, const ojson& body) {
+  const std::map<std::string, ojson> responses_samples = {
+      {"model", {{"model", "gpt-4o"}}},
+      {"input", ojson::object()},
+      {"instructions", {{"instructions", "be brief"}}},
+      {"previous_response_id", {{"previous_response_id", "resp_stored"}}},
+      {"store", {{"store", false}}},
+      {"tools", {{"tools", {{{"type", "function"}, {"name", "f"}, {"parameters", ojson::object()}}}}}},
+      {"tool_choice", {{"tool_choice", "auto"}}},
+      {"parallel_tool_calls", {{"parallel_tool_calls", true}}},
+      {"max_output_tokens", {{"max_output_tokens", 5}}},
+      {"temperature", {{"temperature", 0.5}}},
+      {"top_p", {{"top_p", 0.9}}},
+      {"top_k", {{"top_k", 5}}},
+      {"min_p", {{"min_p", 0.1}}},
+      {"seed", {{"seed", 1}}},
+      {"presence_penalty", {{"presence_penalty", 0.1}}},
+      {"frequency_penalty", {{"frequency_penalty", 0.1}}},
+      {"repetition_penalty", {{"repetition_penalty", 1.1}}},
+      {"stream", {{"stream", false}}},
+      {"reasoning", {{"reasoning", {{"effort", "low"}}}}},
+      {"text", {{"text", {{"format", {{"type", "text"}}}}}}},
+      {"truncation", {{"truncation", "disabled"}}},
+      {"cache_salt", {{"cache_salt", "salt"}}},
+      {"metadata", {{"metadata", {{"k", "v"}}}}},
+      {"user", {{"user", "u"}}},
+      {"safety_identifier", {{"safety_identifier", "u"}}},
+      {"prompt_cache_key", {{"prompt_cache_key", "k"}}},
+      {"service_tier", {{"service_tier", "auto"}}},
+  };
+  ResponseStore store(1 << 20, std::chrono::seconds(3600));
+  store.put("resp_stored", {ojson::object(), ojson::array({{{"role", "user"}, {"content", "hi"}}})});
+  const auto param = [&](Route route, const ojson& body) {
     try {
-      if (route == Route::kAnthropicMessages)
+      if (route == Route::kResponses)
+        parse_responses_request(body, kCtx, store);
+      else if (route == Route::kAnthropicMessages)
         parse_anthropic_request(body, kCtx);
       else
         parse_openai_request(body, route == Route::kChatCompletions, kCtx);
@@ -341,12 +376,15 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       return e.param();
     }
   };
-  for (Route route : {Route::kChatCompletions, Route::kCompletions, Route::kAnthropicMessages}) {
+  for (Route route : {Route::kChatCompletions, Route::kCompletions, Route::kAnthropicMessages, Route::kResponses}) {
     const bool anthropic = route == Route::kAnthropicMessages;
     const ojson base = anthropic ? ojson{{"model", "m"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}
                        : route == Route::kChatCompletions ? chat_body()
+                       : route == Route::kResponses       ? ojson{{"input", "hi"}}
                                                           : ojson{{"prompt", "hi"}};
-    const auto& samples = anthropic ? anthropic_samples : openai_samples;
+    const auto& samples = anthropic                    ? anthropic_samples
+                          : route == Route::kResponses ? responses_samples
+                                                       : openai_samples;
     int applied = 0, refused = 0;
     for (const FieldRule& rule : field_rules(route)) {
       const std::string name(rule.name);
@@ -418,6 +456,33 @@ TEST(RequestFields, ValuesKettleCannotApplyAreRefusedByName) {
       EXPECT_EQ(e.param(), "tool_choice");
     }
   }
+}
+
+}  // namespace
+}  // namespace kettle::server
+
+namespace kettle::server {
+namespace {
+
+// The Responses store: the oldest entries go first past the byte cap; one larger than the
+// cap is not kept; erase forgets; the TTL is the e2e test's (--response-ttl 1).
+TEST(ResponseStore, OldestGoFirstPastTheByteCap) {
+  const auto entry = [](int i) {
+    return ResponseStore::Entry{{{"id", i}, {"pad", std::string(100, 'x')}}, ojson::array({{{"role", "user"}}})};
+  };
+  const size_t one = std::string("resp_0").size() + entry(0).response.dump().size() + entry(0).conversation.dump().size();
+  ResponseStore store(3 * one, std::chrono::seconds(3600));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(store.put("resp_" + std::to_string(i), entry(i)));
+  EXPECT_LE(store.bytes(), 3 * one);
+  EXPECT_FALSE(store.get("resp_0"));
+  EXPECT_FALSE(store.get("resp_1"));
+  for (int i = 2; i < 5; ++i) EXPECT_EQ(store.get("resp_" + std::to_string(i))->response["id"], i);
+  EXPECT_TRUE(store.erase("resp_3"));
+  EXPECT_FALSE(store.erase("resp_3"));
+  EXPECT_FALSE(store.get("resp_3"));
+  ResponseStore tiny(10, std::chrono::seconds(3600));
+  EXPECT_FALSE(tiny.put("resp_x", entry(1)));
+  EXPECT_EQ(tiny.bytes(), 0u);
 }
 
 }  // namespace
