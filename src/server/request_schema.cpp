@@ -17,12 +17,9 @@ constexpr FieldUse kRefused = FieldUse::kRefused;
 constexpr std::string_view kNoConstraints = "constrained decoding is not built yet";
 constexpr std::string_view kNoSampler = "kettle's sampler has no such stage";
 
-std::vector<FieldRule> openai_shared() {
+// The sampling fields and the end-user identifiers both OpenAI-shaped request kinds take.
+std::vector<FieldRule> sampling_and_identity() {
   return {
-      {"model", kApplied, "any name routes to the served model; the response names it"},
-      {"max_tokens", kApplied, "the cap on generated tokens"},
-      {"max_completion_tokens", kApplied, "the cap on generated tokens (overrides max_tokens)"},
-      {"n", kApplied, "1 (one choice)"},
       {"temperature", kApplied, "sampling"},
       {"top_p", kApplied, "sampling"},
       {"top_k", kApplied, "sampling"},
@@ -31,16 +28,30 @@ std::vector<FieldRule> openai_shared() {
       {"presence_penalty", kApplied, "sampling"},
       {"frequency_penalty", kApplied, "sampling"},
       {"repetition_penalty", kApplied, "sampling"},
+      {"cache_salt", kApplied, "separates prompt-cache entries"},
+      {"user", kInfo, "an end-user identifier"},
+      {"safety_identifier", kInfo, "an end-user identifier"},
+      {"prompt_cache_key", kInfo, "a cache routing hint (the prompt cache is automatic)"},
+  };
+}
+
+std::vector<FieldRule> joined(std::vector<FieldRule> a, const std::vector<FieldRule>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<FieldRule> openai_shared() {
+  return joined(sampling_and_identity(), {
+      {"model", kApplied, "any name routes to the served model; the response names it"},
+      {"max_tokens", kApplied, "the cap on generated tokens"},
+      {"max_completion_tokens", kApplied, "the cap on generated tokens (overrides max_tokens)"},
+      {"n", kApplied, "1 (one choice)"},
       {"logit_bias", kApplied, "added to the logits"},
       {"logprobs", kApplied, "log-probabilities of the drawn tokens"},
       {"stop", kApplied, "stop sequences"},
       {"stream", kApplied, "server-sent events"},
       {"stream_options", kApplied, "include_usage"},
       {"ignore_eos", kApplied, "generation runs past end-of-sequence tokens"},
-      {"cache_salt", kApplied, "separates prompt-cache entries"},
-      {"user", kInfo, "an end-user identifier"},
-      {"safety_identifier", kInfo, "an end-user identifier"},
-      {"prompt_cache_key", kInfo, "a cache routing hint (the prompt cache is automatic)"},
       {"guided_json", kRefused, kNoConstraints},
       {"guided_choice", kRefused, kNoConstraints},
       {"guided_regex", kRefused, kNoConstraints},
@@ -64,12 +75,11 @@ std::vector<FieldRule> openai_shared() {
       {"adapter", kRefused, "adapters are not loaded"},
       {"adapters", kRefused, "adapters are not loaded"},
       {"lora", kRefused, "adapters are not loaded"},
-  };
+  });
 }
 
 std::vector<FieldRule> chat_rules() {
-  std::vector<FieldRule> rules = openai_shared();
-  const std::vector<FieldRule> chat = {
+  return joined(openai_shared(), {
       {"messages", kApplied, "the conversation, through the chat template"},
       {"tools", kApplied, "shown to the template; calls are parsed from the output"},
       {"tool_choice", kApplied, "\"none\" hides the tools, \"auto\" shows them; others refused by value"},
@@ -88,21 +98,16 @@ std::vector<FieldRule> chat_rules() {
       {"functions", kRefused, "the legacy form: send 'tools'"},
       {"function_call", kRefused, "the legacy form: send 'tool_choice'"},
       {"verbosity", kRefused, "no verbosity control"},
-  };
-  rules.insert(rules.end(), chat.begin(), chat.end());
-  return rules;
+  });
 }
 
 std::vector<FieldRule> completion_rules() {
-  std::vector<FieldRule> rules = openai_shared();
-  const std::vector<FieldRule> completion = {
+  return joined(openai_shared(), {
       {"prompt", kApplied, "the text to continue"},
       {"echo", kRefused, "the prompt is not echoed back"},
       {"suffix", kRefused, "no insertion after a suffix"},
       {"response_format", kRefused, kNoConstraints},
-  };
-  rules.insert(rules.end(), completion.begin(), completion.end());
-  return rules;
+  });
 }
 
 std::vector<FieldRule> anthropic_rules() {
@@ -129,7 +134,7 @@ std::vector<FieldRule> anthropic_rules() {
 }
 
 std::vector<FieldRule> responses_rules() {
-  return {
+  return joined(sampling_and_identity(), {
       {"model", kApplied, "any name routes to the served model; the response names it"},
       {"input", kApplied, "a string or items: messages, function calls and their outputs, reasoning"},
       {"instructions", kApplied, "a system message for this response (not carried to the next)"},
@@ -139,23 +144,11 @@ std::vector<FieldRule> responses_rules() {
       {"tool_choice", kApplied, "\"auto\" or \"none\"; one that forces a call refused by value"},
       {"parallel_tool_calls", kApplied, "true (several calls may come back); false refused by value"},
       {"max_output_tokens", kApplied, "the cap on generated tokens"},
-      {"temperature", kApplied, "sampling"},
-      {"top_p", kApplied, "sampling"},
-      {"top_k", kApplied, "sampling"},
-      {"min_p", kApplied, "sampling"},
-      {"seed", kApplied, "the sampler's seed"},
-      {"presence_penalty", kApplied, "sampling"},
-      {"frequency_penalty", kApplied, "sampling"},
-      {"repetition_penalty", kApplied, "sampling"},
       {"stream", kApplied, "server-sent events in the Responses API's sequence"},
       {"reasoning", kApplied, "effort: none/minimal turn thinking off, others on; summary refused by value"},
       {"text", kApplied, "format {\"type\": \"text\"}; json_schema and json_object refused by value"},
       {"truncation", kApplied, "\"disabled\" (a prompt past the context is a 400); \"auto\" refused by value"},
-      {"cache_salt", kApplied, "separates prompt-cache entries"},
       {"metadata", kInfo, "tags, returned with the response"},
-      {"user", kInfo, "an end-user identifier"},
-      {"safety_identifier", kInfo, "an end-user identifier"},
-      {"prompt_cache_key", kInfo, "a cache routing hint (the prompt cache is automatic)"},
       {"service_tier", kInfo, "one tier"},
       {"include", kRefused, "no extra output fields are built"},
       {"background", kRefused, "responses run in the foreground"},
@@ -164,7 +157,7 @@ std::vector<FieldRule> responses_rules() {
       {"conversation", kRefused, "use previous_response_id"},
       {"top_logprobs", kRefused, "not reported on this route"},
       {"stream_options", kRefused, "no stream options here"},
-  };
+  });
 }
 
 const char* route_name(Route route) {

@@ -272,11 +272,9 @@ namespace {
 // applied or informational field is taken, a refused one is a 400 naming it; a field in
 // no table is refused as unknown. A field added to a table without a sample here fails.
 TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
-  const std::map<std::string, ojson> openai_samples = {
+  // Sampling fields and identifiers, as the OpenAI-shaped routes share them.
+  std::map<std::string, ojson> sampling_samples = {
       {"model", {{"model", "gpt-4o"}}},
-      {"max_tokens", {{"max_tokens", 5}}},
-      {"max_completion_tokens", {{"max_completion_tokens", 5}}},
-      {"n", {{"n", 1}}},
       {"temperature", {{"temperature", 0.5}}},
       {"top_p", {{"top_p", 0.9}}},
       {"top_k", {{"top_k", 5}}},
@@ -285,6 +283,21 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"presence_penalty", {{"presence_penalty", 0.1}}},
       {"frequency_penalty", {{"frequency_penalty", 0.1}}},
       {"repetition_penalty", {{"repetition_penalty", 1.1}}},
+      {"cache_salt", {{"cache_salt", "salt"}}},
+      {"user", {{"user", "u"}}},
+      {"safety_identifier", {{"safety_identifier", "u"}}},
+      {"prompt_cache_key", {{"prompt_cache_key", "k"}}},
+      {"metadata", {{"metadata", {{"k", "v"}}}}},
+      {"service_tier", {{"service_tier", "auto"}}},
+      {"stream", {{"stream", false}}},
+      {"parallel_tool_calls", {{"parallel_tool_calls", true}}},
+      {"tool_choice", {{"tool_choice", "auto"}}},
+  };
+  std::map<std::string, ojson> openai_samples = sampling_samples;
+  openai_samples.insert({
+      {"max_tokens", {{"max_tokens", 5}}},
+      {"max_completion_tokens", {{"max_completion_tokens", 5}}},
+      {"n", {{"n", 1}}},
       {"logit_bias", {{"logit_bias", {{"5", 1}}}}},
       {"logprobs", {{"logprobs", true}}},
       {"repetition_context_size", {{"repetition_context_size", 20}}},
@@ -293,27 +306,18 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"presence_context_size", {{"presence_context_size", 20}}},
       {"frequency_context_size", {{"frequency_context_size", 20}}},
       {"stop", {{"stop", "x"}}},
-      {"stream", {{"stream", false}}},
       {"stream_options", {{"stream_options", {{"include_usage", true}}}}},
       {"ignore_eos", {{"ignore_eos", false}}},
-      {"cache_salt", {{"cache_salt", "salt"}}},
-      {"user", {{"user", "u"}}},
-      {"safety_identifier", {{"safety_identifier", "u"}}},
-      {"prompt_cache_key", {{"prompt_cache_key", "k"}}},
       {"messages", ojson::object()},
       {"tools", {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}},
-      {"tool_choice", {{"tool_choice", "auto"}}},
-      {"parallel_tool_calls", {{"parallel_tool_calls", true}}},
       {"top_logprobs", {{"logprobs", true}, {"top_logprobs", 2}}},
       {"chat_template_kwargs", {{"chat_template_kwargs", {{"enable_thinking", true}}}}},
       {"reasoning_effort", {{"reasoning_effort", "low"}}},
       {"response_format", {{"response_format", {{"type", "text"}}}}},
       {"store", {{"store", false}}},
-      {"service_tier", {{"service_tier", "auto"}}},
       {"modalities", {{"modalities", {"text"}}}},
-      {"metadata", {{"metadata", {{"k", "v"}}}}},
       {"prompt", ojson::object()},
-  };
+  });
   const std::map<std::string, ojson> anthropic_samples = {
       {"model", ojson::object()},
       {"max_tokens", ojson::object()},
@@ -331,35 +335,18 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"metadata", {{"metadata", {{"user_id", "u"}}}}},
       {"service_tier", {{"service_tier", "auto"}}},
   };
-  const std::map<std::string, ojson> responses_samples = {
-      {"model", {{"model", "gpt-4o"}}},
+  std::map<std::string, ojson> responses_samples = sampling_samples;
+  responses_samples.insert({
       {"input", ojson::object()},
       {"instructions", {{"instructions", "be brief"}}},
       {"previous_response_id", {{"previous_response_id", "resp_stored"}}},
       {"store", {{"store", false}}},
       {"tools", {{"tools", {{{"type", "function"}, {"name", "f"}, {"parameters", ojson::object()}}}}}},
-      {"tool_choice", {{"tool_choice", "auto"}}},
-      {"parallel_tool_calls", {{"parallel_tool_calls", true}}},
       {"max_output_tokens", {{"max_output_tokens", 5}}},
-      {"temperature", {{"temperature", 0.5}}},
-      {"top_p", {{"top_p", 0.9}}},
-      {"top_k", {{"top_k", 5}}},
-      {"min_p", {{"min_p", 0.1}}},
-      {"seed", {{"seed", 1}}},
-      {"presence_penalty", {{"presence_penalty", 0.1}}},
-      {"frequency_penalty", {{"frequency_penalty", 0.1}}},
-      {"repetition_penalty", {{"repetition_penalty", 1.1}}},
-      {"stream", {{"stream", false}}},
       {"reasoning", {{"reasoning", {{"effort", "low"}}}}},
       {"text", {{"text", {{"format", {{"type", "text"}}}}}}},
       {"truncation", {{"truncation", "disabled"}}},
-      {"cache_salt", {{"cache_salt", "salt"}}},
-      {"metadata", {{"metadata", {{"k", "v"}}}}},
-      {"user", {{"user", "u"}}},
-      {"safety_identifier", {{"safety_identifier", "u"}}},
-      {"prompt_cache_key", {{"prompt_cache_key", "k"}}},
-      {"service_tier", {{"service_tier", "auto"}}},
-  };
+  });
   ResponseStore store(1 << 20, std::chrono::seconds(3600));
   store.put("resp_stored", {ojson::object(), ojson::array({{{"role", "user"}, {"content", "hi"}}})});
   const auto param = [&](Route route, const ojson& body) {
