@@ -4,7 +4,9 @@
 # (random weights of the llama-3.1-8b / -3.2-1b shapes: kettle bf16
 # synthetic, llama.cpp an F16 GGUF of the same shape; flash attention on).
 # The CUDA checks (ops, goldens, serve batching 32/32) run while llama.cpp
-# builds; one table of ratios prints last.
+# builds; one table of ratios prints last. MoE side by side: a Qwen3-MoE GGUF
+# of 16 of the 30B-A3B shape's 48 layers (bench/make_random_moe_gguf.py) and
+# kettle on the config.json it writes.
 #
 #   KETTLE_PREBUILT=DIR PEER=DIR bash bench/cuda_long_moe.sh
 # KETTLE_PREBUILT: an unpacked scripts/pack-gpu-bin.sh bundle (bin/, lib/).
@@ -25,7 +27,11 @@ xz -dc "$peer/vocab-llama3.gguf.xz" >"$work/vocab-llama3.gguf"
 tar xJf "$peer/llamacpp.tar.xz" -C "$work/src"
 ( bash "$peer/bin/llamacpp-peer.sh" build "$work" cuda >"$out/llamacpp-build.log" 2>&1; echo $? >"$work/build.rc" ) &
 build_job=$!
-( for p in llama-3.1-8b llama-3.2-1b; do bash "$peer/bin/llamacpp-peer.sh" model "$work" $p f16 || exit 1; done \
+# The MoE GGUF: 16 of the 30B-A3B shape's 48 layers (the disk holds it beside the dense
+# ones), with the config.json kettle benches for the same shape.
+py=python3; $py -c 'import numpy' 2>/dev/null || py=/usr/bin/python3
+( for p in llama-3.1-8b llama-3.2-1b; do bash "$peer/bin/llamacpp-peer.sh" model "$work" $p f16 || exit 1; done &&
+    $py bench/make_random_moe_gguf.py "$work/src/gguf-py" "$work/vocab-llama3.gguf" "$work/moe16.gguf" "$work/moe16.json" 16 \
     >"$out/gguf.log" 2>&1; echo $? >"$work/gguf.rc" ) &
 gguf_job=$!
 
@@ -48,6 +54,8 @@ bench tg128-1b --synthetic llama-3.2-1b -p 512 -g 128 -r 2
 bench batched --synthetic llama-3.1-8b -p 512 -g 128 -r 1 --parallel 64,256 --prefill-chunk 8192
 bench moe --synthetic qwen3-30b-a3b -p 512 -g 128 -r 2
 bench moe-batched --synthetic qwen3-30b-a3b -p 128 -g 64 -r 1 --parallel 1,32 --prefill-chunk 8192
+while kill -0 $gguf_job 2>/dev/null; do sleep 2; done  # the MoE config comes with its GGUF
+[ -f "$work/moe16.json" ] && bench moe16 --synthetic "$work/moe16.json" -p 512 -g 128 -r 2
 stamp "kettle benches done"
 
 deadline=${LLAMA_DEADLINE:-430}
@@ -67,6 +75,7 @@ peer_bench pp "$g8" -p 4096,16384,32768 -n 0 -r 1
 peer_bench tg128 "$g8" -p 0 -n 128 -r 2
 peer_bench depth "$g8" -p 0 -n 64 -d 32768 -r 1
 peer_bench tg128-1b "$g1" -p 0 -n 128 -r 2
+peer_bench moe16 "$work/moe16.gguf" -p 512 -n 128 -r 2
 if [ -x "$work/build/bin/llama-batched-bench" ] && [ -f "$g8" ]; then
   timeout 200 "$work/build/bin/llama-batched-bench" -m "$g8" -ngl 99 -fa 1 -c 170000 -b 2048 -ub 512 -npp 512 -ntg 128 \
     -npl 256 --output-format jsonl >"$out/llama-batched.jsonl" 2>"$out/llama-batched.err" ||
@@ -101,8 +110,12 @@ rows = [("8b prefill 4,096", k("pp4096", "prefill_tokens_per_second"), peer("pp"
         ("8b batch 256 decode (512 + 128)", batched("batched", 256, "decode_tokens_per_second"),
          peer_batched.get(256, {}).get("speed_tg")),
         ("8b batch 64 decode (kettle)", batched("batched", 64, "decode_tokens_per_second"), None),
-        ("MoE 30B-A3B pp512", k("moe", "prefill_tokens_per_second"), None),
-        ("MoE 30B-A3B tg128", k("moe", "decode_tokens_per_second"), None),
+        ("MoE 30B-A3B shape, 16 of 48 layers, pp512", k("moe16", "prefill_tokens_per_second"),
+         peer("moe16", n_prompt=512, n_gen=0)),
+        ("MoE 30B-A3B shape, 16 of 48 layers, tg128", k("moe16", "decode_tokens_per_second"),
+         peer("moe16", n_prompt=0, n_gen=128)),
+        ("MoE 30B-A3B pp512 (all 48 layers)", k("moe", "prefill_tokens_per_second"), None),
+        ("MoE 30B-A3B tg128 (all 48 layers)", k("moe", "decode_tokens_per_second"), None),
         ("MoE batch 1 / 32 decode", batched("moe-batched", 1, "decode_tokens_per_second"),
          batched("moe-batched", 32, "decode_tokens_per_second"))]
 print("| test | kettle tok/s | llama.cpp tok/s | ratio |\n|---|---|---|---|")
