@@ -160,6 +160,7 @@ CompletionParams parse_anthropic_request(const ordered_json& body, const Request
       bad_field("thinking", "an object {\"type\": \"enabled\" | \"disabled\"}");
     const std::string type = (*thinking)["type"].get<std::string>();
     if (type != "enabled" && type != "disabled") bad_field("thinking.type", "\"enabled\" or \"disabled\"");
+    (void)int_field(*thinking, "budget_tokens", 1);  // checked; the thinking length is not capped yet
     p.thinking = type == "enabled";
   }
   if (const ordered_json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
