@@ -1,5 +1,5 @@
 // libFuzzer target: every byte string a client could send as the body of
-// /v1/chat/completions, /v1/completions or /v1/messages goes through the same
+// /v1/chat/completions, /v1/completions, /v1/messages or /v1/responses goes through the same
 // parsers the server runs; a reply is either CompletionParams or an ApiError
 // (any other exception, a crash or a sanitizer report is a finding). Text that
 // parses also runs through the reasoning / tool-call output parser, split at
@@ -7,6 +7,7 @@
 // also arrive as an HTTP request, in pieces cut at data-dependent points: the
 // framing parser must end in a request within its limits or a 4xx/5xx status
 // it knows, and read the same request however the bytes were cut.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,6 +17,7 @@
 #include "server/http/request_parser.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
+#include "server/responses_protocol.h"
 
 namespace {
 
@@ -24,8 +26,16 @@ void parse_request(const std::string& body) {
   RequestContext ctx{"kettle-demo", 4096, {}};
   try {
     nlohmann::ordered_json json = parse_body(body);
-    for (int api = 0; api < 3; ++api) {
+    static ResponseStore store(1 << 20, std::chrono::seconds(3600));
+    for (int api = 0; api < 4; ++api) {
       try {
+        if (api == 3) {  // /v1/responses: its parser (with a store to look up), its writer
+          ResponsesRequest r = parse_responses_request(json, ctx, store);
+          auto writer = make_responses_writer({"resp_x", 0, "m"}, std::move(r), nullptr);
+          writer->stream_start(1);
+          writer->stream_finish(TurnEnd{"stop", "", 1, 1, 0});
+          continue;
+        }
         CompletionParams p = api == 2 ? parse_anthropic_request(json, ctx) : parse_openai_request(json, api == 0, ctx);
         auto format = api == 2 ? make_anthropic_writer("msg_x", "m") : make_openai_writer({"id", 0, "m"}, p);
         format->stream_start(1);

@@ -11,7 +11,8 @@ seconds=${1:-60}
 out=${2:-$root/build}/fuzz
 mkdir -p "$out/corpus"
 sources=(src/server/request_fields.cpp src/server/json_reader.cpp src/server/openai_protocol.cpp
-         src/server/anthropic_protocol.cpp src/server/http/request_parser.cpp src/server/http/message.cpp
+         src/server/anthropic_protocol.cpp src/server/request_schema.cpp src/server/responses_protocol.cpp
+         src/server/response_store.cpp src/server/http/request_parser.cpp src/server/http/message.cpp
          src/chat/output_parser.cpp tests/fuzz/request_fuzz.cpp)
 binary="$out/request_fuzz"
 newest=$(cd "$root" && ls -t "${sources[@]}" src/server/*.h src/server/http/*.h src/chat/output_parser.h | head -1)
