@@ -46,8 +46,8 @@ json template_arguments(const std::string& arguments) {
 }
 
 // The input items after `conversation`, as chat messages: function calls join the
-// assistant message before them (or start one), outputs become tool messages, and a
-// reasoning item's text rides on the assistant message that follows it.
+// assistant message right before them (or start one), outputs become tool messages, and
+// a reasoning item's text rides on the assistant message that follows it.
 void append_input(const json& input, json& conversation) {
   if (input.is_string()) {
     if (input.get<std::string>().empty()) bad_field("input", "a non-empty string or an array of items");
@@ -56,7 +56,7 @@ void append_input(const json& input, json& conversation) {
   }
   if (!input.is_array() || input.empty()) bad_field("input", "a non-empty string or an array of items");
   std::string reasoning;
-  bool calls_open = false;  // the last message holds function calls of this input
+  bool assistant_last = false;  // the last message is an assistant one of this input: calls join it
   const auto assistant = [&](json message) {
     if (!reasoning.empty()) message["reasoning_content"] = std::exchange(reasoning, "");
     conversation.push_back(std::move(message));
@@ -67,7 +67,7 @@ void append_input(const json& input, json& conversation) {
     if (!item.is_object()) bad_field(name, "an object");
     std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "";
     if (type.empty() && item.contains("role")) type = "message";
-    const bool call = type == "function_call";
+    bool assistant_now = false;
     if (type == "message") {
       std::string role = required_string(item, "role", name);
       if (role == "developer") role = "system";
@@ -76,22 +76,25 @@ void append_input(const json& input, json& conversation) {
       if (!item.contains("content")) bad_field(name + ".content", "a string or an array of input_text parts");
       json message = {{"role", role}, {"content", item_text(item["content"], name + ".content")}};
       if (role == "assistant")
-        assistant(std::move(message));
+        assistant(std::move(message)), assistant_now = true;
       else if (!reasoning.empty())
         bad_field(name, "the assistant message or function call a reasoning item led to");
       else
         conversation.push_back(std::move(message));
-    } else if (call) {
+    } else if (type == "function_call") {
       json tool_call = {{"id", required_string(item, "call_id", name)},
                         {"type", "function"},
                         {"function",
                          {{"name", required_string(item, "name", name)},
                           {"arguments", template_arguments(required_string(item, "arguments", name))}}}};
-      if (calls_open && reasoning.empty()) {
-        conversation.back()["tool_calls"].push_back(std::move(tool_call));
+      if (assistant_last && reasoning.empty()) {
+        json& message = conversation.back();
+        if (!message.contains("tool_calls")) message["tool_calls"] = json::array();
+        message["tool_calls"].push_back(std::move(tool_call));
       } else {
         assistant({{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({std::move(tool_call)})}});
       }
+      assistant_now = true;
     } else if (type == "function_call_output") {
       if (!reasoning.empty()) bad_field(name, "the assistant message or function call a reasoning item led to");
       const std::string call_id = required_string(item, "call_id", name);
@@ -116,7 +119,7 @@ void append_input(const json& input, json& conversation) {
                                  name, type),
                      name);
     }
-    calls_open = call;
+    assistant_last = assistant_now;
   }
   if (!reasoning.empty()) bad_field("input", "no reasoning item last (it must lead to an assistant item)");
 }

@@ -474,3 +474,62 @@ TEST(ResponseStore, OldestGoFirstPastTheByteCap) {
 
 }  // namespace
 }  // namespace kettle::server
+
+namespace kettle::server {
+namespace {
+
+// Responses input items become the messages chat templates take: calls join the assistant
+// message before them, outputs are tool messages, reasoning rides on the next assistant
+// message; the stored conversation of previous_response_id comes first, instructions
+// first of all (and are not part of what is stored).
+TEST(ResponsesRequest, InputItemsBecomeTemplateMessages) {
+  ResponseStore store(1 << 20, std::chrono::seconds(3600));
+  store.put("resp_1", {ojson::object(), ojson::array({{{"role", "user"}, {"content", "earlier"}}})});
+  const ojson call_a = {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{\"x\":1}"}};
+  const ojson call_b = {{"type", "function_call"}, {"call_id", "c2"}, {"name", "g"}, {"arguments", "not json"}};
+  ojson input = ojson::array();
+  input.push_back({{"role", "user"},
+                   {"content", ojson::array({{{"type", "input_text"}, {"text", "hi "}},
+                                             {{"type", "input_text"}, {"text", "there"}}})}});
+  input.push_back({{"type", "message"}, {"role", "assistant"}, {"content", "Let me check"}});
+  input.push_back(call_a);
+  input.push_back(call_b);
+  input.push_back({{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "one"}});
+  input.push_back({{"type", "function_call_output"}, {"call_id", "c2"}, {"output", "two"}});
+  input.push_back({{"type", "reasoning"}, {"content", ojson::array({{{"type", "reasoning_text"}, {"text", "thought"}}})}});
+  input.push_back({{"role", "assistant"}, {"content", "done"}});
+  const ojson body = {{"previous_response_id", "resp_1"}, {"instructions", "be brief"}, {"input", input}};
+  const ResponsesRequest r = parse_responses_request(body, kCtx, store);
+  const ojson expected = ojson::array({
+      {{"role", "system"}, {"content", "be brief"}},
+      {{"role", "user"}, {"content", "earlier"}},
+      {{"role", "user"}, {"content", "hi there"}},
+      {{"role", "assistant"},
+       {"content", "Let me check"},
+       {"tool_calls",
+        {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", {{"x", 1}}}}}},
+         {{"id", "c2"}, {"type", "function"}, {"function", {{"name", "g"}, {"arguments", "not json"}}}}}}},
+      {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "one"}},
+      {{"role", "tool"}, {"tool_call_id", "c2"}, {"content", "two"}},
+      {{"role", "assistant"}, {"content", "done"}, {"reasoning_content", "thought"}},
+  });
+  EXPECT_EQ(r.params.messages, expected);
+  EXPECT_EQ(r.conversation.size(), expected.size() - 1);  // without the instructions
+  EXPECT_EQ(r.previous_response_id, "resp_1");
+  // A reasoning item must lead to an assistant item; an unknown id is a 404.
+  try {
+    parse_responses_request({{"input", {{{"type", "reasoning"}, {"summary", {{{"text", "x"}}}}}}}}, kCtx, store);
+    ADD_FAILURE() << "a trailing reasoning item was taken";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "input");
+  }
+  try {
+    parse_responses_request({{"input", "hi"}, {"previous_response_id", "resp_none"}}, kCtx, store);
+    ADD_FAILURE() << "an unknown previous_response_id was taken";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 404);
+  }
+}
+
+}  // namespace
+}  // namespace kettle::server
