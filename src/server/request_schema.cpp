@@ -62,16 +62,16 @@ std::vector<FieldRule> openai_shared() {
       {"json_schema", kRefused, kNoConstraints},
       {"xtc_probability", kApplied, "XTC: the chance per token of removing the top choices"},
       {"xtc_threshold", kApplied, "XTC: the probability a top choice reaches"},
-      {"typical_p", kRefused, kNoSampler},
-      {"mirostat", kRefused, kNoSampler},
-      {"dry_multiplier", kRefused, kNoSampler},
+      {"typical_p", kRefused, kNoSampler, "1"},
+      {"mirostat", kRefused, kNoSampler, "0"},
+      {"dry_multiplier", kRefused, kNoSampler, "0"},
       {"repetition_context_size", kApplied, "the repetition penalty's window (last N of prompt + output)"},
       {"presence_context_size", kApplied, "the presence penalty's window (last N of the output)"},
       {"frequency_context_size", kApplied, "the frequency penalty's window (last N of the output)"},
       {"repeat_last_n", kRefused, "llama.cpp's one window for all penalties: send *_context_size"},
       {"penalty_last_n", kRefused, "llama.cpp's one window for all penalties: send *_context_size"},
-      {"min_tokens", kRefused, "no minimum length is enforced"},
-      {"best_of", kRefused, "one completion is generated"},
+      {"min_tokens", kRefused, "no minimum length is enforced", "0"},
+      {"best_of", kRefused, "one completion is generated", "1"},
       {"adapter", kRefused, "adapters are not loaded"},
       {"adapters", kRefused, "adapters are not loaded"},
       {"lora", kRefused, "adapters are not loaded"},
@@ -104,7 +104,7 @@ std::vector<FieldRule> chat_rules() {
 std::vector<FieldRule> completion_rules() {
   return joined(openai_shared(), {
       {"prompt", kApplied, "the text to continue"},
-      {"echo", kRefused, "the prompt is not echoed back"},
+      {"echo", kRefused, "the prompt is not echoed back", "false"},
       {"suffix", kRefused, "no insertion after a suffix"},
       {"response_format", kRefused, kNoConstraints},
   });
@@ -152,7 +152,7 @@ std::vector<FieldRule> responses_rules() {
       {"metadata", kInfo, "tags, returned with the response"},
       {"service_tier", kInfo, "one tier"},
       {"include", kRefused, "no extra output fields are built"},
-      {"background", kRefused, "responses run in the foreground"},
+      {"background", kRefused, "responses run in the foreground", "false"},
       {"max_tool_calls", kRefused, "the number of calls is not capped"},
       {"prompt", kRefused, "no stored prompt templates"},
       {"conversation", kRefused, "use previous_response_id"},
@@ -202,7 +202,7 @@ void check_fields(const nlohmann::ordered_json& body, Route route) {
       if (r.name == key) rule = &r;
     if (!rule)
       throw ApiError(400, fmt::format("'{}' is not a field {} takes", key, route_name(route)), key);
-    if (rule->use == FieldUse::kRefused)
+    if (rule->use == FieldUse::kRefused && (rule->neutral.empty() || value.dump() != rule->neutral))
       throw ApiError(400, fmt::format("'{}' is not supported: {}", key, rule->note), key);
   }
 }
