@@ -121,9 +121,6 @@ void check_fixed_fields(const ordered_json& body) {
   }
   if (const ordered_json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
     bad_field("metadata", "an object");
-  (void)string_field(body, "user");
-  (void)string_field(body, "safety_identifier");
-  (void)string_field(body, "prompt_cache_key");
 }
 
 std::vector<std::pair<int32_t, float>> check_logit_bias(const ordered_json& body, int64_t vocab_size) {
@@ -257,7 +254,8 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
     if (!options->is_object()) bad_field("stream_options", "an object");
     p.include_usage = bool_field(*options, "include_usage").value_or(false);
   }
-  string_field(body, "user");  // informational (request_schema.cpp)
+  for (const char* informational : {"user", "safety_identifier", "prompt_cache_key"})
+    (void)string_field(body, informational);  // identifiers (request_schema.cpp): checked, nothing to apply
   p.cache_salt = cache_salt_field(body);
   return p;
 }
