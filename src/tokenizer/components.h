@@ -52,6 +52,9 @@ class Decoder {
   virtual ~Decoder() = default;
   // HF's decode_chain: token strings in, token strings out; the caller joins them.
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // One token's bytes as they appear in the middle of a text (no lossy UTF-8 repair,
+  // no strip of the text's start): what a grammar matches a token against.
+  virtual void raw_piece(std::string& token) const = 0;
 };
 
 // `where` names the file in errors. A null/absent JSON value gives nullptr.

@@ -36,6 +36,15 @@ class ByteLevelDecoder : public Decoder {
     const std::string_view text = unicode::repair_utf8(bytes, storage);
     tokens.assign(1, std::string(text));
   }
+  void raw_piece(std::string& t) const override {
+    std::string mapped;
+    for (size_t i = 0; i < t.size();) {
+      const int b = byte_from_unicode(unicode::next_char(t, i));
+      if (b < 0) return;  // outside the alphabet: the UTF-8 as is
+      mapped.push_back(static_cast<char>(b));
+    }
+    t = std::move(mapped);
+  }
 };
 
 class MetaspaceDecoder : public Decoder {
@@ -56,6 +65,17 @@ class MetaspaceDecoder : public Decoder {
       }
       t = std::move(out);
     }
+  }
+  void raw_piece(std::string& t) const override {
+    std::string out;
+    for (size_t pos = 0;;) {
+      const size_t hit = t.find(replacement_, pos);
+      out.append(t, pos, hit == std::string::npos ? std::string::npos : hit - pos);
+      if (hit == std::string::npos) break;
+      out += ' ';
+      pos = hit + replacement_.size();
+    }
+    t = std::move(out);
   }
 
  private:
@@ -97,6 +117,10 @@ class ByteFallbackDecoder : public Decoder {
     flush();
     tokens = std::move(out);
   }
+  void raw_piece(std::string& t) const override {
+    if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && hex_digit(t[3]) >= 0 && hex_digit(t[4]) >= 0)
+      t.assign(1, static_cast<char>(hex_digit(t[3]) * 16 + hex_digit(t[4])));
+  }
 };
 
 class FuseDecoder : public Decoder {
@@ -106,6 +130,7 @@ class FuseDecoder : public Decoder {
     for (const std::string& t : tokens) all += t;
     tokens.assign(1, std::move(all));
   }
+  void raw_piece(std::string&) const override {}
 };
 
 // HF's Strip keeps chars().skip(start_cut).take(len_in_bytes - cuts): with
@@ -129,6 +154,8 @@ class StripDecoder : public Decoder {
       t = std::move(out);
     }
   }
+  // Strip cuts the text's ends (after Fuse, the whole text): nothing of a token mid-text.
+  void raw_piece(std::string&) const override {}
 
  private:
   char32_t content_;
@@ -159,6 +186,11 @@ class ReplaceDecoder : public Decoder {
       t = std::move(out);
     }
   }
+  void raw_piece(std::string& t) const override {
+    std::vector<std::string> one{std::move(t)};
+    decode_chain(one);
+    t = std::move(one[0]);
+  }
 
  private:
   std::optional<Regex> regex_;
@@ -170,6 +202,9 @@ class SequenceDecoder : public Decoder {
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& step : steps_) step->decode_chain(tokens);
+  }
+  void raw_piece(std::string& t) const override {
+    for (const auto& step : steps_) step->raw_piece(t);
   }
 
  private:

@@ -209,6 +209,16 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return t ? *t : std::string();
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  const Impl& m = *impl_;
+  if (const tok::AddedToken* a = m.added->by_id(id)) return a->special ? std::string() : a->content;
+  const std::string* token = m.model->id_to_token(id);
+  if (token == nullptr) return {};
+  std::string piece = *token;
+  if (m.decoder) m.decoder->raw_piece(piece);
+  return piece;
+}
+
 int64_t Tokenizer::vocab_size() const {
   return std::max<int64_t>(impl_->model->size(), int64_t{impl_->added->max_id()} + 1);
 }

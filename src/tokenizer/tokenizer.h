@@ -36,6 +36,10 @@ class Tokenizer {
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // "" when out of range
+  // The bytes `id` adds in the middle of a decoded text (byte-level pieces mapped back to
+  // bytes, "<0xHH>" fallbacks to their byte, "▁" to a space). Special added tokens and
+  // unknown ids give "".
+  std::string token_bytes(int32_t id) const;
   int64_t vocab_size() const;                 // model vocab + added tokens (max id + 1)
   bool is_special(int32_t id) const;
   // The strings of the special added tokens (what a chat template's control tokens spell).

@@ -24,9 +24,10 @@ const std::map<std::string, std::set<std::string>> kMayInclude = {
     {"model", {"kv", "backend", "tensor", "util"}},
     {"tokenizer", {"util"}},
     {"chat", {"tokenizer", "util"}},
-    {"engine", {"model", "kv", "backend", "tensor", "tokenizer", "util"}},
-    {"server", {"engine", "chat", "tokenizer", "util"}},
-    {"cli", {"server", "engine", "model", "kv", "backend", "tensor", "chat", "tokenizer", "util"}},
+    {"grammar", {"tokenizer", "util"}},
+    {"engine", {"model", "kv", "backend", "tensor", "grammar", "tokenizer", "util"}},
+    {"server", {"engine", "chat", "grammar", "tokenizer", "util"}},
+    {"cli", {"server", "engine", "model", "kv", "backend", "tensor", "chat", "grammar", "tokenizer", "util"}},
 };
 
 // The engine headers the server may include: requests, sinks, the engine's thread, its load.
