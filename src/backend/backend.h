@@ -206,6 +206,10 @@ class Backend {
   // logits, params and ids: backend memory. Temperature 0 rows equal argmax.
   virtual void sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids) = 0;
 
+  // Constrained decoding: logits[r][i] = -inf where bit i of row r's mask is 0. masks:
+  // [rows, ceil(vocab / 32)] 32-bit words, bit i of word i / 32 = (i % 32); backend memory.
+  virtual void mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* masks) = 0;
+
   // Routed mixture of experts: out[n, hidden] = Σ_topk p_e · down_e(act(gate_e x) · up_e x),
   // with router logits = x · routerᵀ and p = softmax over all experts (renormalised over top-k).
   virtual void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,

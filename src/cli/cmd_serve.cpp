@@ -144,6 +144,7 @@ int run_serve(const ServeFlags& flags) {
   config.model_id = flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_id(folder) : flags.model;
   config.context_length = model.spec.max_position_embeddings;
   config.vocab_size = model.spec.vocab_size;
+  config.end_ids.assign(model.generation.eos_token_ids.begin(), model.generation.eos_token_ids.end());
   config.thinking = flags.thinking == "on";
   config.max_queue = flags.max_queue;
   config.batch = flags.batch;

@@ -153,12 +153,12 @@ void EngineCore::run_drawing_on_device(const StepPlan& plan, int64_t rows) {
   for (size_t i = 0; i < plan.entries.size(); ++i)
     if (plan.entries[i].draws) sample_rows_[i] = plan.entries[i].seq->sampler().device_row();
   ids_.resize(static_cast<size_t>(rows));
-  runner_->forward_batch(entries_, sample_rows_.data(), ids_.data());
+  runner_->forward_batch(entries_, sample_rows_.data(), ids_.data(), [&] { return step_masks(plan, rows); });
   scheduler_.completed(plan);
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const PlannedEntry& e = plan.entries[i];
     if (e.ends) e.seq->finish("length");
-    if (!e.draws) continue;
+    if (!e.draws || e.seq->finished()) continue;  // finished: its grammar allowed nothing
     e.seq->sampler().accept(ids_[i]);
     e.seq->accept(SampledToken{ids_[i], 0.0f, {}}, model_.generation.eos_token_ids);
   }
@@ -177,8 +177,10 @@ void EngineCore::run_drawing_on_host(const StepPlan& plan, int64_t rows) {
       verify(e, row);
     else if (e.seq->request().prompt_logprobs)
       score_prompt(e, row);
-    if (e.kind != StepKind::kVerify && e.draws)
-      e.seq->accept(e.seq->sampler().sample(last, vocab_), model_.generation.eos_token_ids);
+    if (e.kind != StepKind::kVerify && e.draws) {
+      const uint32_t* mask = host_mask(*e.seq);
+      if (!e.seq->finished()) e.seq->accept(e.seq->sampler().sample(last, vocab_, mask), model_.generation.eos_token_ids);
+    }
     if (e.ends) e.seq->finish("length");
     row += e.logits_rows * vocab_;
   }
@@ -210,7 +212,9 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
   const auto drafts = static_cast<int64_t>(entry.tokens.size()) - 1;
   int64_t accepted = 0;
   for (int64_t i = 0; i <= drafts && !seq.finished(); ++i) {
-    const SampledToken t = seq.sampler().sample(logits + i * vocab_, vocab_);
+    const uint32_t* mask = host_mask(seq);  // after the drafts accepted so far
+    if (seq.finished()) break;
+    const SampledToken t = seq.sampler().sample(logits + i * vocab_, vocab_, mask);
     seq.accept(t, model_.generation.eos_token_ids);
     if (i == drafts || t.id != entry.tokens[static_cast<size_t>(i + 1)]) break;
     ++accepted;
@@ -218,6 +222,30 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
   seq.draft().clear();
   seq.kv->set_rollback_margin(0);
   scheduler_.roll_back(seq, base + 1 + accepted);
+}
+
+const uint32_t* EngineCore::step_masks(const StepPlan& plan, int64_t rows) {
+  std::vector<size_t> masked;
+  for (size_t i = 0; i < plan.entries.size(); ++i)
+    if (plan.entries[i].draws && plan.entries[i].seq->constrained()) masked.push_back(i);
+  if (masked.empty()) return nullptr;
+  const int64_t words = mask_words();
+  masks_.assign(static_cast<size_t>(rows * words), 0xFFFFFFFFu);
+  if (!mask_threads_) mask_threads_ = std::make_unique<ThreadPool>(std::min(8, ThreadPool::default_threads()));
+  mask_threads_->parallel_for(static_cast<int64_t>(masked.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const size_t i = masked[static_cast<size_t>(k)];
+      plan.entries[i].seq->fill_mask(std::span(masks_.data() + i * static_cast<size_t>(words), static_cast<size_t>(words)));
+    }
+  });
+  return masks_.data();
+}
+
+const uint32_t* EngineCore::host_mask(Sequence& seq) {
+  if (!seq.constrained()) return nullptr;
+  masks_.resize(static_cast<size_t>(mask_words()));
+  seq.fill_mask(masks_);
+  return masks_.data();
 }
 
 void EngineCore::end(std::vector<std::unique_ptr<Sequence>> ended) {

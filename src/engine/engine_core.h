@@ -25,6 +25,7 @@
 #include "model/model_runner.h"
 #include "tensor/host_buffer.h"
 #include "tokenizer/tokenizer.h"
+#include "util/thread_pool.h"
 
 namespace kettle {
 
@@ -79,6 +80,11 @@ class EngineCore {
   void verify(const PlannedEntry& entry, const float* logits);
   void score_prompt(const PlannedEntry& entry, const float* logits);
   void end(std::vector<std::unique_ptr<Sequence>> ended);
+  // Constrained decoding: the token masks of a step whose row i is entry i's draw.
+  const uint32_t* step_masks(const StepPlan& plan, int64_t rows);
+  // One sequence's mask for its next draw (the host path), or nullptr when unconstrained.
+  const uint32_t* host_mask(Sequence& seq);
+  int64_t mask_words() const { return (vocab_ + 31) / 32; }
   void report_load();
 
   const Model& model_;
@@ -94,6 +100,8 @@ class EngineCore {
   HostBuffer<float> logits_;  // [rows, vocab]
   std::vector<SampleRow> sample_rows_;
   std::vector<int32_t> ids_;
+  std::vector<uint32_t> masks_;                // [rows, mask_words()] the step's token masks
+  std::unique_ptr<ThreadPool> mask_threads_;   // made on the first constrained step
   std::function<void(const EngineLoad&)> load_listener_;
 };
 

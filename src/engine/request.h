@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/constraint.h"
 #include "model/generation_config.h"
 #include "util/error.h"
 
@@ -28,6 +29,10 @@ struct GenerationRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (needs a tokenizer); the model's end-of-sequence ids always stop
   bool ignore_eos = false;
+  // Constrained decoding: every drawn token keeps the output inside this grammar (over the
+  // tokenizer's vocabulary, with the model's end ids), and the generation stops once the
+  // output is a whole sentence that nothing may extend. Null: free text.
+  std::shared_ptr<grammar::Constraint> constraint;
   uint64_t cache_scope = 0;       // the prefix cache shares blocks only within one scope
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 };

@@ -130,8 +130,14 @@ const float* Sampler::processed_logits(const float* logits, int64_t vocab) {
   return l;
 }
 
-SampledToken Sampler::sample(const float* logits, int64_t vocab) {
+SampledToken Sampler::sample(const float* logits, int64_t vocab, const uint32_t* mask) {
   const float* l = processed_logits(logits, vocab);
+  if (mask != nullptr) {
+    masked_.assign(l, l + vocab);
+    for (int64_t i = 0; i < vocab; ++i)
+      if (!((mask[i / 32] >> (i % 32)) & 1u)) masked_[static_cast<size_t>(i)] = -INFINITY;
+    l = masked_.data();
+  }
   const float* pick = l;
   if (params_.xtc_probability > 0.0f && next_uniform() < params_.xtc_probability) pick = exclude_top_choices(l, vocab);
   SampledToken token;
@@ -205,6 +211,7 @@ void Sampler::fill_logprobs(const float* logits, int64_t vocab, SampledToken& to
   top.reserve(n);
   for (int64_t i = 0; i < vocab; ++i) {
     float l = logits[i];
+    if (l == -INFINITY) continue;  // masked out: not an alternative
     if (top.size() == n && !(l > top.back().logprob)) continue;
     auto at = std::upper_bound(top.begin(), top.end(), l, [](float v, const TokenLogprob& e) { return v > e.logprob; });
     const auto index = at - top.begin();

@@ -117,7 +117,9 @@ class Sampler {
   // A token the model produced (sample() records the tokens it returns).
   void accept(int32_t token);
 
-  SampledToken sample(const float* logits, int64_t vocab);
+  // `mask` (constrained decoding, Backend::mask_logits' layout for one row): tokens whose bit
+  // is 0 get -inf after the penalties and bias, so neither the draw nor the logprobs see them.
+  SampledToken sample(const float* logits, int64_t vocab, const uint32_t* mask = nullptr);
 
   // True when a token needs nothing but the logits (no penalties, bias or logprobs), so
   // a backend may draw it where the logits live: device_row() gives this step's draw
@@ -149,6 +151,7 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<float> adjusted_;  // [vocab] processed logits, when adjusts_logits()
   std::vector<float> xtc_;       // [vocab] the logits left by XTC
+  std::vector<float> masked_;    // [vocab] the logits under a token mask
   bool shared_output_counts() const { return params_.presence_context_size == params_.frequency_context_size; }
 
   // Token history, kept only when a penalty needs it: prompt + output ids for the

@@ -74,6 +74,12 @@ Sequence::Sequence(GenerationRequest request, std::shared_ptr<GenerationSink> si
   if (tokenizer_ == nullptr && std::any_of(request_.stop.begin(), request_.stop.end(), [](auto& s) { return !s.empty(); }))
     fail(ErrorCategory::kInvalidArgument, "stop strings need the model's tokenizer, and this engine has none");
   if (tokenizer_ != nullptr) decoder_.emplace(*tokenizer_);
+  if (request_.constraint) {
+    if (request_.constraint->vocabulary().size() > vocab)
+      fail(ErrorCategory::kInvalidArgument, "a constraint over {} tokens for a model of {}",
+           request_.constraint->vocabulary().size(), vocab);
+    constraint_.emplace(request_.constraint);
+  }
   sampler_.start(request_.prompt, vocab, request_.max_tokens);
 }
 
@@ -95,8 +101,17 @@ void Sequence::emit_prompt_logprobs(int64_t first, std::vector<double> logprobs)
   sink_->on_output(std::move(out));
 }
 
+bool Sequence::fill_mask(std::span<uint32_t> words) {
+  constraint_->fill_mask(words);
+  if (std::any_of(words.begin(), words.end(), [](uint32_t w) { return w != 0; })) return true;
+  finish("error", fmt::format("the {} allows no token of this vocabulary here", constraint_->constraint().description()));
+  return false;
+}
+
 void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_ids) {
   const int32_t token = sampled.id;
+  // Masks make this hold; a token that breaks the grammar anyway ends the generation.
+  const bool in_grammar = !constraint_ || constraint_->accept(token);
   if (produced() == 0) {
     prefill_seconds_ = since_joined_.seconds();
     since_first_token_.reset();
@@ -117,7 +132,9 @@ void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_i
   }
   std::string text = decoder_ ? matcher_.push(decoder_->push(token)) : std::string();
   emit(std::move(text), std::span<const int32_t>(&tokens_.back(), 1), std::move(logprobs));
-  if (matcher_.stopped())
+  if (!in_grammar)
+    finish("error", fmt::format("token {} is outside the {}", token, constraint_->constraint().description()));
+  else if (matcher_.stopped() || (constraint_ && constraint_->complete()))
     finish("stop");
   else if (produced() >= request_.max_tokens)
     finish("length");
@@ -161,6 +178,7 @@ nlohmann::json Sequence::save() const {
                    {"cache_scope", request_.cache_scope},
                    {"rng", sampler_.rng_state()},
                    {"finish_reason", finish_reason_}};
+  if (constraint_) j["constraint"] = constraint_->constraint().description();
   if (decoder_) {
     const StreamDecoder::State d = decoder_->state();
     j["decoder"] = {{"window", d.window}, {"emitted", d.emitted}};
@@ -176,6 +194,9 @@ std::unique_ptr<Sequence> Sequence::restore(const nlohmann::json& j, std::shared
     if (j.at("version").get<int>() != kStateVersion)
       fail(ErrorCategory::kInvalidArgument, "a saved sequence of version {}; this kettle reads {}",
            j.at("version").get<int>(), kStateVersion);
+    if (j.contains("constraint"))
+      fail(ErrorCategory::kUnsupported, "a saved sequence under a constraint ({}) cannot be restored: its grammar is "
+           "not part of the saved state", j["constraint"].dump());
     GenerationRequest request;
     request.prompt = j.at("prompt").get<std::vector<int32_t>>();
     request.max_tokens = j.at("max_tokens").get<int64_t>();

@@ -63,6 +63,11 @@ class Sequence {
   void emit_prompt_logprobs(int64_t first, std::vector<double> logprobs);
   // Sampler bookkeeping for a token drawn on the device.
   Sampler& sampler() { return sampler_; }
+  // Constrained decoding (GenerationRequest::constraint): whether the next token is masked,
+  // and its mask (ceil(vocab / 32) words). False when the grammar allows no token at all
+  // (the sequence is then finished with an error).
+  bool constrained() const { return constraint_.has_value(); }
+  bool fill_mask(std::span<uint32_t> words);
 
   bool finished() const { return !finish_reason_.empty(); }
   const std::string& finish_reason() const { return finish_reason_; }
@@ -97,6 +102,7 @@ class Sequence {
   std::vector<int32_t> draft_, verify_input_;
   Sampler sampler_;
   std::optional<StreamDecoder> decoder_;
+  std::optional<grammar::ConstraintMatcher> constraint_;
   StopMatcher matcher_;
   std::string finish_reason_, why_;
   Timer since_joined_, since_first_token_;

@@ -68,18 +68,20 @@ bool ConstraintMatcher::accept(int32_t token) {
 ConstraintCache::ConstraintCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t capacity)
     : vocabulary_(std::move(vocabulary)), capacity_(std::max<size_t>(1, capacity)) {}
 
-std::shared_ptr<Constraint> ConstraintCache::get(const std::string& gbnf, const std::string& description) {
+std::shared_ptr<Constraint> ConstraintCache::get(const std::string& gbnf, const std::string& root,
+                                                 const std::string& description) {
+  const std::string key = root + '\n' + gbnf;
   {
     std::lock_guard lock(mutex_);
     for (auto it = lru_.begin(); it != lru_.end(); ++it)
-      if (it->first == gbnf) {
+      if (it->first == key) {
         lru_.splice(lru_.begin(), lru_, it);
         return it->second;
       }
   }
-  auto made = std::make_shared<Constraint>(parse_gbnf(gbnf), vocabulary_, description);  // outside the lock
+  auto made = std::make_shared<Constraint>(parse_gbnf(gbnf, root), vocabulary_, description);  // outside the lock
   std::lock_guard lock(mutex_);
-  lru_.emplace_front(gbnf, made);
+  lru_.emplace_front(key, made);
   if (lru_.size() > capacity_) lru_.pop_back();
   return made;
 }

@@ -74,8 +74,9 @@ class ConstraintMatcher {
 class ConstraintCache {
  public:
   ConstraintCache(std::shared_ptr<const TokenVocabulary> vocabulary, size_t capacity = 16);
-  // Throws kettle::Error (kInvalidArgument) when the text does not compile.
-  std::shared_ptr<Constraint> get(const std::string& gbnf, const std::string& description);
+  // The grammar of `gbnf` starting at rule `root`. Throws kettle::Error (kInvalidArgument)
+  // when the text does not compile.
+  std::shared_ptr<Constraint> get(const std::string& gbnf, const std::string& root, const std::string& description);
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
 
  private:

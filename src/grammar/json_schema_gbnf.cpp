@@ -17,7 +17,7 @@ using ordered_json = nlohmann::ordered_json;
 constexpr int kMaxDigits = 16;
 constexpr int64_t kLargest = 9999999999999999;  // 16 digits
 
-const char* kJsonRules = R"(ws ::= [ \t\n]{0,20}
+const char* kJsonRules = R"(ws ::= " "?
 json-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 json-string ::= "\"" json-char* "\""
 json-int ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
@@ -39,7 +39,8 @@ const std::set<std::string> kApplied = {"type", "properties", "required", "addit
                                         "prefixItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
                                         "allOf", "$ref", "$defs", "definitions", "nullable", "minLength", "maxLength",
                                         "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-                                        "exclusiveMaximum"};
+                                        "exclusiveMaximum", "propertyNames", "minProperties",
+                                        "maxProperties"};
 
 [[noreturn]] void refuse(const std::string& path, const std::string& what) {
   fail(ErrorCategory::kInvalidArgument, "{}: {}", path, what);
@@ -173,6 +174,7 @@ std::string JsonGrammarWriter::visit(const ordered_json& s, const std::string& p
     if (!list.is_array() || list.empty()) refuse(path + ".allOf", "expected a non-empty array");
     ordered_json merged = s;
     merged.erase("allOf");
+    std::vector<const ordered_json*> closed;  // parts that allow no property but their own
     for (size_t i = 0; i < list.size(); ++i) {
       const ordered_json& part = list[i];
       const std::string where = fmt::format("{}.allOf[{}]", path, i);
@@ -180,18 +182,30 @@ std::string JsonGrammarWriter::visit(const ordered_json& s, const std::string& p
       for (const auto& [k, v] : part.items()) {
         if (kAnnotations.contains(k)) continue;
         if (k == "properties" && v.is_object()) {
-          for (const auto& [name, prop] : v.items()) merged["properties"][name] = prop;
+          for (const auto& [name, prop] : v.items()) {
+            if (merged.contains("properties") && merged["properties"].contains(name) && merged["properties"][name] != prop)
+              refuse(where + ".properties." + name, "allOf with two different schemas for one property is not supported");
+            merged["properties"][name] = prop;
+          }
         } else if (k == "required" && v.is_array()) {
           for (const ordered_json& r : v) merged["required"].push_back(r);
         } else if (k == "type" && v == "object") {
           merged["type"] = "object";
         } else if (k == "additionalProperties") {
-          merged[k] = v;
+          if (v == false) closed.push_back(&part);
+          else if (v != true) refuse(where + ".additionalProperties", "allOf with an additionalProperties schema is not supported");
         } else {
           refuse(where, fmt::format("allOf is supported for object schemas (properties, required); '{}' is not", k));
         }
       }
     }
+    // Each part is checked on its own: a closed part forbids the others' properties.
+    if (merged.contains("properties"))
+      for (const ordered_json* part : closed)
+        for (const auto& [name, prop] : merged["properties"].items())
+          if (!part->contains("properties") || !(*part)["properties"].contains(name))
+            refuse(path + ".allOf", fmt::format("a part with additionalProperties false forbids '{}', which another "
+                                                "part lists: no object satisfies every part", name));
     return visit(merged, path);
   } else if (s.contains("type")) {
     const ordered_json& t = s["type"];
@@ -290,12 +304,45 @@ std::string JsonGrammarWriter::object_rule(const ordered_json& s, const std::str
     else
       extra = visit(a, path + ".additionalProperties");
   }
+  std::string key = "json-string";  // an additional property's name
+  if (s.contains("propertyNames")) {
+    const ordered_json& names = s["propertyNames"];
+    if (!names.is_object() || (names.contains("type") && names["type"] != "string"))
+      refuse(path + ".propertyNames", "expected a string schema");
+    ordered_json as_string = names;
+    as_string["type"] = "string";
+    key = visit(as_string, path + ".propertyNames");
+  }
   std::vector<std::string> member(props.size());
   for (size_t k = 0; k < props.size(); ++k) {
     const std::string value = visit(*props[k].schema, path + ".properties." + props[k].name);
     member[k] = define(fmt::format("{} ws \":\" ws {}", gbnf_quote(ordered_json(props[k].name).dump()), value));
   }
-  const std::string extra_member = extra.empty() ? "" : define(fmt::format("json-string ws \":\" ws {}", extra));
+  const std::string extra_member = extra.empty() ? "" : define(fmt::format("{} ws \":\" ws {}", key, extra));
+  int64_t min_props = 0, max_props = -1;
+  if (s.contains("minProperties") && (!whole(s["minProperties"], min_props) || min_props < 0))
+    refuse(path + ".minProperties", "expected a non-negative integer");
+  if (s.contains("maxProperties") && (!whole(s["maxProperties"], max_props) || max_props < 0))
+    refuse(path + ".maxProperties", "expected a non-negative integer");
+  if (max_props >= 0 && max_props < min_props) refuse(path + ".maxProperties", "is below minProperties");
+  if (min_props > 1000 || max_props > 1000) refuse(path, "minProperties and maxProperties above 1000 are not supported");
+  if (s.contains("minProperties") || s.contains("maxProperties")) {
+    // Counted over additional properties alone, or over listed ones when there are none.
+    if (!props.empty() && !extra.empty())
+      refuse(path, "minProperties / maxProperties with both listed and additional properties are not supported");
+    if (props.empty() && !extra.empty()) {
+      const std::string more = fmt::format("( \",\" ws {} ws ){{{},{}}}", extra_member, std::max<int64_t>(0, min_props - 1),
+                                           max_props < 0 ? "" : std::to_string(std::max<int64_t>(0, max_props - 1)));
+      const std::string some = fmt::format("{} ws {}", extra_member, more);
+      if (max_props == 0) return define("\"{\" ws \"}\"");
+      return define(min_props > 0 ? fmt::format("\"{{\" ws {} \"}}\"", some)
+                                  : fmt::format("\"{{\" ws ( {} )? \"}}\"", some));
+    }
+    int64_t required_count = 0;
+    for (const Property& p : props) required_count += p.required ? 1 : 0;
+    if (required_count < min_props || (max_props >= 0 && static_cast<int64_t>(props.size()) > max_props))
+      refuse(path, "minProperties / maxProperties that the listed properties do not already satisfy are not supported");
+  }
   // first_k: the members from k on when none came before; rest_k: when one did (commas).
   const size_t n = props.size();
   std::vector<std::string> first(n + 1), rest(n + 1);

@@ -12,9 +12,8 @@
 // Annotations (title, description, default, examples, $schema, $id, $comment, …)
 // are ignored. Anything else is refused with an error naming its schema path.
 //
-// Whitespace between tokens is allowed but bounded (at most 20 characters), numbers
-// have at most 16 digits before and after the point: every output of the grammar
-// ends.
+// Whitespace between tokens is at most one space (compact JSON, as a model cannot run
+// away in indentation), numbers have at most 16 digits before and after the point.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -169,12 +169,23 @@ void DecoderRunner::forward_batch(const std::vector<BatchEntry>& entries, float*
     backend_.to_host(logits, logits_.data(), static_cast<size_t>(logits_rows(entries) * vocab_) * sizeof(float));
 }
 
-void DecoderRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) {
+void DecoderRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids,
+                                  const MaskSource& masks) {
   execute(entries, Rows::kLastPerEntry, nullptr, false);
   const int64_t rows = logits_rows(entries);
+  // The device runs the step while the host makes the masks.
+  const uint32_t* host_masks = masks ? masks() : nullptr;
+  const int64_t words = (vocab_ + 31) / 32;
   if (backend_.host_memory()) {
+    if (host_masks != nullptr) backend_.mask_logits(logits_.data(), rows, vocab_, host_masks);
     backend_.sample(logits_.data(), rows, vocab_, params, ids);
     return;
+  }
+  if (host_masks != nullptr) {
+    if (static_cast<int64_t>(masks_.size()) < rows * words)
+      masks_ = BackendArray<uint32_t>(backend_, static_cast<size_t>(bucket(rows) * words));
+    backend_.to_device(masks_.data(), host_masks, static_cast<size_t>(rows * words) * sizeof(uint32_t));
+    backend_.mask_logits(logits_.data(), rows, vocab_, masks_.data());
   }
   if (static_cast<int64_t>(sampled_.size()) < rows) {
     sample_rows_ = BackendArray<SampleRow>(backend_, static_cast<size_t>(bucket(rows)));

@@ -40,7 +40,8 @@ class DecoderRunner final : public ModelRunner {
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) override;
   int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) override;
   void forward_batch(const std::vector<BatchEntry>& entries, float* logits) override;
-  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) override;
+  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids,
+                     const MaskSource& masks = {}) override;
 
  private:
   // What one step reads; a member so the recorded lambda captures only `this`.
@@ -97,6 +98,7 @@ class DecoderRunner final : public ModelRunner {
   int64_t table_capacity_ = 0;     // ints in each tables_ buffer
   BackendArray<SampleRow> sample_rows_;
   BackendArray<int32_t> sampled_;
+  BackendArray<uint32_t> masks_;     // [rows, ceil(vocab / 32)] (device backends only)
   int64_t scratch_tokens_ = 0, logits_rows_ = 0;
   uint64_t scratch_epoch_ = 0;     // bumped whenever scratch moves (recorded steps go stale)
   BackendArray<int32_t> ids_;        // [n] (device backends only)

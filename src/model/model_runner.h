@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,9 +59,16 @@ class ModelRunner {
   // [logits_rows(entries), vocab].
   virtual void forward_batch(const std::vector<BatchEntry>& entries, float* logits) = 0;
 
+  // Token masks for a step's draws (constrained decoding): called once the forward is under
+  // way, so the host computes them while the device runs; returns [rows, ceil(vocab / 32)]
+  // words (host memory, Backend::mask_logits' layout), or nullptr for no masks.
+  using MaskSource = std::function<const uint32_t*()>;
+
   // As forward_batch, then a token drawn from each logits row where the logits live as
-  // params[row] (host memory) says: only the ids cross to the host.
-  virtual void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) = 0;
+  // params[row] (host memory) says, after the masks when `masks` gives some: only the ids
+  // cross to the host.
+  virtual void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids,
+                             const MaskSource& masks = {}) = 0;
 };
 
 // The whole model on one backend (a DecoderRunner), or split over several (tensor

@@ -94,9 +94,14 @@ void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries,
 }
 
 void TensorParallelRunner::forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params,
-                                         int32_t* ids) {
+                                         int32_t* ids, const MaskSource& masks) {
+  // Every rank draws from the same logits under the same masks: made once, before the ranks run.
+  const uint32_t* made = masks ? masks() : nullptr;
+  const MaskSource same = [made] { return made; };
   run(entries, [&](int r) {
-    ranks_[static_cast<size_t>(r)]->forward_batch(entries, params, r == 0 ? ids : scratch_ids(r, static_cast<size_t>(logits_rows(entries))));
+    ranks_[static_cast<size_t>(r)]->forward_batch(
+        entries, params, r == 0 ? ids : scratch_ids(r, static_cast<size_t>(logits_rows(entries))),
+        made ? same : MaskSource{});
   });
 }
 

@@ -43,7 +43,8 @@ class TensorParallelRunner final : public ModelRunner {
   void forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) override;
   int32_t forward_greedy(const int32_t* tokens, int64_t n, KvCache& kv) override;
   void forward_batch(const std::vector<BatchEntry>& entries, float* logits) override;
-  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids) override;
+  void forward_batch(const std::vector<BatchEntry>& entries, const SampleRow* params, int32_t* ids,
+                     const MaskSource& masks = {}) override;
 
  private:
   // Reserves the entries' blocks, runs step(rank) on every rank at once (rank 0 on this

@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "server/output_constraint.h"
 #include "server/request_fields.h"
 #include "server/request_schema.h"
 
@@ -105,22 +106,6 @@ ordered_json convert_tools(const ordered_json& body) {
   return out;
 }
 
-// tool_choice auto and none are applied (the tools shown or not); any and tool would need
-// decoding held to a call, which is not built yet: refused by name.
-void check_tool_choice(const ordered_json& body) {
-  const ordered_json* choice = field(body, "tool_choice");
-  if (!choice) return;
-  if (!choice->is_object() || !choice->contains("type") || !(*choice)["type"].is_string())
-    bad_field("tool_choice", "an object {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
-  const std::string type = (*choice)["type"].get<std::string>();
-  if (type == "any" || type == "tool")
-    throw ApiError(400,
-                   fmt::format("'tool_choice' {} is not supported: constrained decoding is not built yet; send auto",
-                               type),
-                   "tool_choice");
-  if (type != "auto" && type != "none") bad_field("tool_choice.type", "\"auto\", \"any\", \"tool\" or \"none\"");
-}
-
 // Anthropic's API requires a model; with one model served, any name routes to it and the
 // response names the served id.
 void check_model(const ordered_json& body, const std::string&) {
@@ -145,8 +130,8 @@ CompletionParams parse_anthropic_request(const ordered_json& body, const Request
   if (!messages->is_array() || messages->empty()) bad_field("messages", "a non-empty array");
   for (size_t i = 0; i < messages->size(); ++i)
     convert_message((*messages)[i], fmt::format("messages[{}]", i), p.messages);
-  check_tool_choice(body);
   p.tools = convert_tools(body);
+  parse_anthropic_tool_choice(body, p.tools, p);
 
   p.sampling = ctx.sampling;
   if (auto t = number_field(body, "temperature", 0.0, 1.0)) p.sampling.temperature = static_cast<float>(*t);

@@ -23,6 +23,24 @@ struct RequestContext {
   SamplingParams sampling;  // defaults for unset sampling fields (from flags and generation_config.json)
 };
 
+// What the output must look like (output_constraint.h), as the request asked.
+struct OutputConstraint {
+  enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar, kToolCall };
+  Kind kind = Kind::kNone;
+  std::string field;                 // the request field it came from, for errors
+  nlohmann::ordered_json schema;     // kJsonSchema
+  std::string text;                  // kRegex, kGrammar (GBNF)
+  std::vector<std::string> choices;  // kChoice
+  std::string tool;                  // kToolCall: the function that must be called ("" any)
+
+  static OutputConstraint of(Kind kind, std::string field) {
+    OutputConstraint c;
+    c.kind = kind;
+    c.field = std::move(field);
+    return c;
+  }
+};
+
 struct CompletionParams {
   bool chat = true;
   nlohmann::ordered_json messages;  // chat: messages in the shape chat templates expect (HF / OpenAI)
@@ -37,6 +55,7 @@ struct CompletionParams {
   bool include_usage = false;
   bool ignore_eos = false;          // vLLM's extension: keep going past end-of-sequence ids
   std::string cache_salt;           // vLLM's extension: prefix-cache sharing only with the same salt
+  OutputConstraint constraint;      // constrained decoding, when asked
 };
 
 }  // namespace kettle::server

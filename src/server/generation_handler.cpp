@@ -14,6 +14,7 @@
 #include "server/http_server.h"
 #include "server/literal_content.h"
 #include "server/openai_protocol.h"
+#include "server/output_constraint.h"
 #include "server/request_fields.h"
 #include "server/responses_protocol.h"
 #include "server/turn_builder.h"
@@ -70,6 +71,15 @@ std::unique_ptr<ResponseWriter> HttpServer::response_writer(Api api, const Compl
   return make_anthropic_writer(random_id("msg_"), config_.model_id);
 }
 
+grammar::ConstraintCache& HttpServer::constraints() {
+  std::call_once(constraints_once_, [this] {
+    auto vocabulary = std::make_shared<grammar::TokenVocabulary>(
+        grammar::TokenVocabulary::from_tokenizer(tokenizer_, config_.end_ids));
+    constraints_ = std::make_unique<grammar::ConstraintCache>(std::move(vocabulary));
+  });
+  return *constraints_;
+}
+
 void HttpServer::reply_error(http::Exchange& exchange, Api api, const ApiError& error, const char* route) {
   metrics_.record_request(route, error.status());
   exchange.reply(error_response(error, api));
@@ -92,6 +102,7 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   validate_sampling(p.params.sampling, config_.vocab_size);  // the engine's own checks, answered before queueing
   const CompletionParams& params = p.params;
   const char* prompt_field = params.chat ? "messages" : "prompt";
+  bool thinking = false;  // whether the model may reason before answering
 
   {
     std::lock_guard lock(prompt_mutex_);
@@ -135,6 +146,7 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
       p.parse.format = detect_output_format(chat_template_->source(has_tools));
       p.parse.tools_requested = has_tools;
       p.parse.starts_in_reasoning = p.parse.format.reasoning && prompt_opens_reasoning(text);
+      thinking = params.thinking.value_or(config_.thinking);
     }
   }
   const auto n_prompt = static_cast<int64_t>(p.request.prompt.size());
@@ -161,6 +173,18 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   if (engine_.load().queued >= config_.max_queue)
     throw ApiError(429, fmt::format("the server is busy: {} requests are already waiting; retry shortly", config_.max_queue));
 
+  if (params.constraint.kind != OutputConstraint::Kind::kNone) {
+    // A request with thinking off gets no <think> block before its constrained output.
+    OutputParserOptions shape = p.parse;
+    shape.format.reasoning = shape.format.reasoning && (thinking || shape.starts_in_reasoning);
+    const std::string gbnf = constraint_gbnf(params.constraint, shape, params.tools);
+    try {
+      p.request.constraint = constraints().get(gbnf, kConstraintRoot, fmt::format("grammar of '{}'", params.constraint.field));
+    } catch (const Error& e) {
+      throw ApiError(400, fmt::format("'{}' cannot be enforced: {}", params.constraint.field, e.what()),
+                     params.constraint.field);
+    }
+  }
   p.request.max_tokens = max_tokens;
   p.request.sampling = params.sampling;
   p.request.stop = params.stop;

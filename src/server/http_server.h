@@ -18,6 +18,7 @@
 #include "chat/output_parser.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "grammar/constraint.h"
 #include "server/access_policy.h"
 #include "server/completion_params.h"
 #include "server/http/event_server.h"
@@ -34,6 +35,7 @@ struct ServerConfig {
   std::string model_id;            // the folder name, reported by /v1/models
   int64_t context_length = 0;      // max_position_embeddings
   int64_t vocab_size = 0;
+  std::vector<int32_t> end_ids;    // the model's end-of-sequence ids (a constrained output ends with one)
   int64_t default_max_tokens = 512;
   SamplingParams sampling;         // defaults for unset request fields
   bool thinking = true;            // enable_thinking for templates that read it, unless a request says
@@ -69,6 +71,8 @@ class HttpServer {
   void answer_quick(http::Exchange& exchange, const std::string& path);
   void answer_stored_response(http::Exchange& exchange, const std::string& id);  // GET / DELETE /v1/responses/{id}
   ModelCard model_card() const;  // what /v1/models tells of the served model
+  // Compiled constraints over this model's vocabulary (made on the first constrained request).
+  grammar::ConstraintCache& constraints();
   void handle_generation(http::Exchange& exchange, Api api, int key_index);
   Prepared prepare(const http::Request& req, Api api, int key_index);
   std::unique_ptr<ResponseWriter> response_writer(Api api, const CompletionParams& params) const;
@@ -91,6 +95,8 @@ class HttpServer {
   http::EventServer events_;
   http::WorkerPool workers_;
   std::mutex prompt_mutex_;  // render + encode, from any handler thread
+  std::once_flag constraints_once_;
+  std::unique_ptr<grammar::ConstraintCache> constraints_;
   std::mutex active_mutex_;
   std::condition_variable active_changed_;
   int active_ = 0;  // generations whose response is not finished

@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "server/output_constraint.h"
 #include "server/request_fields.h"
 #include "server/request_schema.h"
 
@@ -109,16 +110,6 @@ void check_fixed_fields(const ordered_json& body) {
     for (const ordered_json& m : *modalities)
       if (m != "text") throw ApiError(400, "'modalities' other than \"text\" are not supported", "modalities");
   }
-  if (const ordered_json* format = field(body, "response_format")) {
-    if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string())
-      bad_field("response_format", "an object with a 'type'");
-    const std::string type = (*format)["type"].get<std::string>();
-    if (type == "json_object" || type == "json_schema")
-      throw ApiError(400,
-                     fmt::format("'response_format' {} is not supported: constrained decoding is not built yet", type),
-                     "response_format");
-    if (type != "text") bad_field("response_format.type", "\"text\", \"json_object\" or \"json_schema\"");
-  }
   if (const ordered_json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
     bad_field("metadata", "an object");
 }
@@ -199,20 +190,6 @@ void parse_openai_sampling(const ordered_json& body, const RequestContext& ctx, 
   p.sampling.logit_bias = check_logit_bias(body, ctx.vocab_size);
 }
 
-// tool_choice "auto" and "none" are applied (the tools shown or not); "required" and a
-// named function would need decoding held to a call, which is not built yet: refused.
-void check_openai_tool_choice(const ordered_json& body) {
-  const ordered_json* choice = field(body, "tool_choice");
-  if (!choice) return;
-  const bool forced = *choice == "required" || choice->is_object();
-  if (forced)
-    throw ApiError(400,
-                   "'tool_choice' that forces a call (\"required\" or a named function) is not supported: "
-                   "constrained decoding is not built yet; send \"auto\"",
-                   "tool_choice");
-  if (*choice != "auto" && *choice != "none") bad_field("tool_choice", "\"none\", \"auto\", \"required\" or an object");
-}
-
 void apply_reasoning_effort(const std::string& effort, const char* name, CompletionParams& p) {
   bool thinking = true;
   if (effort == "none" || effort == "minimal")
@@ -230,8 +207,8 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
   p.chat = chat;
   if (chat) {
     p.messages = check_messages(body);
-    check_openai_tool_choice(body);
     p.tools = check_tools(body);
+    parse_openai_tool_choice(body, p.tools, p);
     check_fixed_fields(body);
     parse_template_kwargs(body, p);
     if (auto effort = string_field(body, "reasoning_effort")) apply_reasoning_effort(*effort, "reasoning_effort", p);
@@ -257,6 +234,25 @@ CompletionParams parse_openai_request(const ordered_json& body, bool chat, const
   for (const char* informational : {"user", "safety_identifier", "prompt_cache_key"})
     (void)string_field(body, informational);  // identifiers (request_schema.cpp): checked, nothing to apply
   p.cache_salt = cache_salt_field(body);
+  parse_openai_constraint(body, p);
+  // llama-server's spellings: a schema and a GBNF grammar.
+  if (const ordered_json* schema = field(body, "json_schema")) {
+    OutputConstraint c = OutputConstraint::of(OutputConstraint::Kind::kJsonSchema, "json_schema");
+    if (!schema->is_object() && !schema->is_boolean()) bad_field("json_schema", "a JSON schema (an object)");
+    c.schema = *schema;
+    if (p.constraint.kind != OutputConstraint::Kind::kNone)
+      throw ApiError(400, fmt::format("'{}' and 'json_schema' both constrain the output; send one", p.constraint.field),
+                     "json_schema");
+    p.constraint = std::move(c);
+  }
+  if (const ordered_json* grammar = field(body, "grammar")) {
+    if (!grammar->is_string()) bad_field("grammar", "a GBNF grammar (a string)");
+    if (p.constraint.kind != OutputConstraint::Kind::kNone)
+      throw ApiError(400, fmt::format("'{}' and 'grammar' both constrain the output; send one", p.constraint.field),
+                     "grammar");
+    p.constraint = OutputConstraint::of(OutputConstraint::Kind::kGrammar, "grammar");
+    p.constraint.text = grammar->get<std::string>();
+  }
   return p;
 }
 

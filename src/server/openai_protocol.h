@@ -23,8 +23,6 @@ CompletionParams parse_openai_request(const nlohmann::ordered_json& body, bool c
 // p.sampling, starting from ctx.sampling.
 void parse_openai_sampling(const nlohmann::ordered_json& body, const RequestContext& ctx, CompletionParams& p);
 
-// tool_choice "auto" and "none" are applied; one that forces a call is refused by name.
-void check_openai_tool_choice(const nlohmann::ordered_json& body);
 // reasoning_effort's rule (none/minimal: thinking off; low … xhigh: on) for a value found
 // at `name`, consistent with what p.thinking already says.
 void apply_reasoning_effort(const std::string& effort, const char* name, CompletionParams& p);

@@ -13,8 +13,6 @@ constexpr FieldUse kApplied = FieldUse::kApplied;
 constexpr FieldUse kInfo = FieldUse::kInformational;
 constexpr FieldUse kRefused = FieldUse::kRefused;
 
-// Refused by OpenAI-style routes alike: what other servers take and kettle does not build yet.
-constexpr std::string_view kNoConstraints = "constrained decoding is not built yet";
 constexpr std::string_view kNoSampler = "kettle's sampler has no such stage";
 
 // The sampling fields and the end-user identifiers both OpenAI-shaped request kinds take.
@@ -52,14 +50,15 @@ std::vector<FieldRule> openai_shared() {
       {"stream", kApplied, "server-sent events"},
       {"stream_options", kApplied, "include_usage"},
       {"ignore_eos", kApplied, "generation runs past end-of-sequence tokens"},
-      {"guided_json", kRefused, kNoConstraints},
-      {"guided_choice", kRefused, kNoConstraints},
-      {"guided_regex", kRefused, kNoConstraints},
-      {"guided_grammar", kRefused, kNoConstraints},
-      {"guided_decoding_backend", kRefused, kNoConstraints},
-      {"structured_outputs", kRefused, kNoConstraints},
-      {"grammar", kRefused, kNoConstraints},
-      {"json_schema", kRefused, kNoConstraints},
+      {"response_format", kApplied, "text, json_object or json_schema: the output held to it"},
+      {"guided_json", kApplied, "vLLM's: the output held to a JSON schema"},
+      {"guided_choice", kApplied, "vLLM's: the output is one of these strings"},
+      {"guided_regex", kApplied, "vLLM's: the output matches this regular expression"},
+      {"guided_grammar", kApplied, "vLLM's: the output follows this GBNF grammar"},
+      {"json_schema", kApplied, "llama-server's: the output held to a JSON schema"},
+      {"grammar", kApplied, "llama-server's: the output follows this GBNF grammar"},
+      {"guided_decoding_backend", kInfo, "kettle has one grammar engine"},
+      {"structured_outputs", kRefused, "send response_format or guided_*"},
       {"xtc_probability", kApplied, "XTC: the chance per token of removing the top choices"},
       {"xtc_threshold", kApplied, "XTC: the probability a top choice reaches"},
       {"typical_p", kRefused, kNoSampler, "1"},
@@ -82,12 +81,12 @@ std::vector<FieldRule> chat_rules() {
   return joined(openai_shared(), {
       {"messages", kApplied, "the conversation, through the chat template"},
       {"tools", kApplied, "shown to the template; calls are parsed from the output"},
-      {"tool_choice", kApplied, "\"none\" hides the tools, \"auto\" shows them; others refused by value"},
+      {"tool_choice", kApplied, "\"none\" hides the tools, \"auto\" shows them, \"required\" or a named function "
+                                "forces a call (its arguments held to the tool's schema)"},
       {"parallel_tool_calls", kApplied, "true (several calls may come back); false refused by value"},
       {"top_logprobs", kApplied, "alternatives per token"},
       {"chat_template_kwargs", kApplied, "variables for the chat template"},
       {"reasoning_effort", kApplied, "\"none\"/\"minimal\" turn thinking off, others on"},
-      {"response_format", kApplied, "{\"type\": \"text\"}; json_object and json_schema refused by value"},
       {"store", kApplied, "false (nothing is stored); true refused by value"},
       {"service_tier", kApplied, "\"auto\" or \"default\" (one tier); others refused by value"},
       {"modalities", kApplied, "[\"text\"]; others refused by value"},
@@ -106,7 +105,6 @@ std::vector<FieldRule> completion_rules() {
       {"prompt", kApplied, "the text to continue"},
       {"echo", kRefused, "the prompt is not echoed back", "false"},
       {"suffix", kRefused, "no insertion after a suffix"},
-      {"response_format", kRefused, kNoConstraints},
   });
 }
 
@@ -117,7 +115,8 @@ std::vector<FieldRule> anthropic_rules() {
       {"messages", kApplied, "the conversation, through the chat template"},
       {"system", kApplied, "the system prompt"},
       {"tools", kApplied, "shown to the template; calls are parsed from the output"},
-      {"tool_choice", kApplied, "\"auto\" shows the tools, \"none\" hides them; others refused by value"},
+      {"tool_choice", kApplied, "\"auto\" shows the tools, \"none\" hides them, \"any\" or \"tool\" forces a call (its "
+                                "input held to the tool's input_schema)"},
       {"temperature", kApplied, "sampling"},
       {"top_p", kApplied, "sampling"},
       {"top_k", kApplied, "sampling"},
@@ -142,12 +141,12 @@ std::vector<FieldRule> responses_rules() {
       {"previous_response_id", kApplied, "continues a stored response's conversation"},
       {"store", kApplied, "whether the response is kept for previous_response_id and GET"},
       {"tools", kApplied, "function tools, shown to the template; calls come back as function_call items"},
-      {"tool_choice", kApplied, "\"auto\" or \"none\"; one that forces a call refused by value"},
+      {"tool_choice", kApplied, "\"auto\", \"none\", \"required\" or a named function (the call forced)"},
       {"parallel_tool_calls", kApplied, "true (several calls may come back); false refused by value"},
       {"max_output_tokens", kApplied, "the cap on generated tokens"},
       {"stream", kApplied, "server-sent events in the Responses API's sequence"},
       {"reasoning", kApplied, "effort: none/minimal turn thinking off, others on; summary refused by value"},
-      {"text", kApplied, "format {\"type\": \"text\"}; json_schema and json_object refused by value"},
+      {"text", kApplied, "format: text, json_object or json_schema (the output held to it)"},
       {"truncation", kApplied, "\"disabled\" (a prompt past the context is a 400); \"auto\" refused by value"},
       {"metadata", kInfo, "tags, returned with the response"},
       {"service_tier", kInfo, "one tier"},

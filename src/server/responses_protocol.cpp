@@ -5,6 +5,7 @@
 #include <random>
 
 #include "server/openai_protocol.h"
+#include "server/output_constraint.h"
 #include "server/request_fields.h"
 #include "server/request_schema.h"
 
@@ -157,9 +158,7 @@ void check_settings(const json& body, CompletionParams& p, json& echo) {
     if (!text->is_object()) bad_field("text", "an object {\"format\": {\"type\": \"text\"}}");
     for (const auto& [key, value] : text->items()) {
       if (key != "format") throw ApiError(400, fmt::format("'text.{}' is not supported", key), "text." + key);
-      if (!field_is(value, "type", "text"))
-        throw ApiError(400, "'text.format' other than text is not supported: constrained decoding is not built yet",
-                       "text.format");
+      parse_responses_text_format(value, p);
     }
   }
   json effort = nullptr;
@@ -211,11 +210,11 @@ ResponsesRequest parse_responses_request(const json& body, const RequestContext&
   if (instructions) p.messages.push_back({{"role", "system"}, {"content", *instructions}});
   for (const json& m : r.conversation) p.messages.push_back(m);
 
-  check_openai_tool_choice(body);
   const json* tools = field(body, "tools");
   p.tools = tools ? convert_tools(*tools) : json(nullptr);
   const json* choice = field(body, "tool_choice");
   if ((choice && *choice == "none") || (p.tools.is_array() && p.tools.empty())) p.tools = nullptr;
+  parse_openai_tool_choice(body, p.tools, p);
   r.echo = {{"instructions", instructions ? json(*instructions) : json(nullptr)},
             {"tools", tools ? *tools : json::array()},
             {"tool_choice", choice ? *choice : json("auto")},

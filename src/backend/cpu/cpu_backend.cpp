@@ -81,6 +81,12 @@ class CpuBackend final : public Backend {
     std::vector<std::pair<float, int32_t>> candidates;
     for (int64_t r = 0; r < rows; ++r) ids[r] = cpu::sample_row(logits + r * vocab, vocab, params[r], candidates);
   }
+  void mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* masks) override {
+    const int64_t words = (vocab + 31) / 32;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < vocab; ++i)
+        if (!((masks[r * words + i / 32] >> (i % 32)) & 1u)) logits[r * vocab + i] = -INFINITY;
+  }
   void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
            const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) override {
     cpu::moe(pool_, x, n, hidden, router, experts, params, out);

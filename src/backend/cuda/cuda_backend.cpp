@@ -125,6 +125,12 @@ void CudaBackend::sample(const float* logits, int64_t rows, int64_t vocab, const
   check_launch("sample");
 }
 
+void CudaBackend::mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* masks) {
+  if (rows == 0) return;
+  cuda::mask_logits(logits, rows, vocab, masks, stream_);
+  check_launch("mask_logits");
+}
+
 // The argmax's per-row arrival counters, in a buffer of their own: zero when made, and each
 // call leaves its rows' counters zero, so a later call of more rows finds zeros too.
 unsigned* CudaBackend::argmax_arrivals(int64_t rows) {

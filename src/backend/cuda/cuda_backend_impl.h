@@ -115,6 +115,7 @@ class CudaBackend final : public Backend {
   void argmax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) override;
 
   void sample(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* ids) override;
+  void mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* masks) override;
 
   // The argmax's per-row arrival counters, in a buffer of their own: zero when made, and each
   // call leaves its rows' counters zero, so a later call of more rows finds zeros too.

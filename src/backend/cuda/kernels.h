@@ -114,6 +114,9 @@ void argmax_rows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
 // SampleRow's rule per row (params: device [rows]): greedy rows through argmax_rows (same
 // workspace), the others by one block each, radix-selecting the sorted positions the rule
 // needs instead of sorting the row. No host sync.
+// Constrained decoding: logits[r][i] = -inf where bit i of row r's mask (masks: [rows,
+// ceil(vocab / 32)] words) is 0.
+void mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* masks, cudaStream_t stream);
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleRow* params, int32_t* out,
                  unsigned* arrivals, void* partial, cudaStream_t stream);
 

@@ -396,3 +396,31 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, const SampleR
 }
 
 }  // namespace kettle::cuda
+
+namespace kettle::cuda {
+namespace {
+
+// One thread per word of 32 tokens: a cleared bit sets its logit to -inf.
+__global__ void mask_kernel(float* logits, int64_t vocab, int64_t words, const uint32_t* __restrict__ masks) {
+  grid_wait();
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (w >= words) return;
+  const uint32_t bits = masks[blockIdx.y * words + w];
+  if (bits == 0xFFFFFFFFu) return;
+  float* row = logits + blockIdx.y * vocab;
+  for (int b = 0; b < 32; ++b) {
+    const int64_t i = w * 32 + b;
+    if (i < vocab && !((bits >> b) & 1u)) row[i] = -INFINITY;
+  }
+}
+
+}  // namespace
+
+void mask_logits(float* logits, int64_t rows, int64_t vocab, const uint32_t* masks, cudaStream_t stream) {
+  const int64_t words = (vocab + 31) / 32;
+  constexpr unsigned kThreads = 256;
+  launch(mask_kernel, dim3(static_cast<unsigned>((words + kThreads - 1) / kThreads), static_cast<unsigned>(rows)),
+         kThreads, 0, stream, logits, vocab, words, masks);
+}
+
+}  // namespace kettle::cuda

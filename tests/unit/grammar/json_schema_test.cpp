@@ -50,6 +50,13 @@ TEST(JsonSchema, AdditionalPropertiesWhenAsked) {
   EXPECT_FALSE(accepts(R"({"type":"object","additionalProperties":{"type":"integer"}})", R"({"x":"1"})"));
   EXPECT_TRUE(accepts(R"({"type":"object"})", R"({"any":[1,{"b":null}]})"));
   EXPECT_TRUE(accepts(R"({"properties":{"a":{}},"additionalProperties":true})", R"({"a":1,"z":"q"})"));
+  const std::string named = R"({"type":"object","propertyNames":{"pattern":"^x[0-9]$"},"additionalProperties":{"type":"integer"}})";
+  EXPECT_TRUE(accepts(named, R"({"x1":1,"x2":2})"));
+  EXPECT_FALSE(accepts(named, R"({"y1":1})"));
+  const std::string counted = R"({"type":"object","minProperties":1,"maxProperties":2,"additionalProperties":{"type":"integer"}})";
+  EXPECT_FALSE(accepts(counted, "{}"));
+  EXPECT_TRUE(accepts(counted, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(accepts(counted, R"({"a":1,"b":2,"c":3})"));
 }
 
 TEST(JsonSchema, ArraysEnumsConstAndUnions) {
@@ -105,6 +112,9 @@ TEST(JsonSchema, RefusalsNameThePath) {
   EXPECT_NE(refusal(R"({"type":"string","pattern":"(a)\\1"})").find("schema.pattern"), std::string::npos);
   EXPECT_NE(refusal(R"({"type":"array","minItems":3,"maxItems":2})").find("schema.maxItems"), std::string::npos);
   EXPECT_NE(refusal("false").find("accepts nothing"), std::string::npos);
+  EXPECT_NE(refusal(R"({"allOf":[{"properties":{"a":{}},"additionalProperties":false},{"properties":{"b":{}}}]})")
+                .find("forbids 'b'"),
+            std::string::npos);
 }
 
 }  // namespace
