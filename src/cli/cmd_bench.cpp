@@ -4,12 +4,15 @@
 // llama-batched-bench style (--parallel: B generations through the engine's
 // step loop, the one serve runs), with achieved weight-streaming GB/s against
 // the device's copy bandwidth measured in the same run (GPU backends), and the
-// process's peak memory.
+// process's peak memory. --json-schema FILE adds, per B, the same batched test with
+// every sequence held to that schema (JSON values one per line, on and on), and the
+// cost of the token masks as the decode speed lost.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include <array>
+#include <fstream>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -19,9 +22,12 @@
 #include "cli/options.h"
 #include "engine/engine_core.h"
 #include "engine/memory_policy.h"
+#include "grammar/constraint.h"
+#include "grammar/json_schema_gbnf.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "model/model_runner.h"
+#include "tokenizer/tokenizer.h"
 #include "tensor/host_buffer.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -40,6 +46,8 @@ struct BenchFlags {
   bool json = false;
   std::vector<int> parallel;  // --parallel: llama-batched-bench's -npl (B sequences at once)
   int64_t prefill_chunk = 2048;
+  std::string json_schema;  // --json-schema: a constrained run beside each --parallel row
+  std::string tokenizer;    // --tokenizer: the vocabulary its masks are over (default: the model's)
   ThreadOption threads;
   DeviceOption device;
   TensorParallelOption tensor_parallel;
@@ -133,7 +141,8 @@ class TimingSink final : public GenerationSink {
   const Timer& clock_;
 };
 
-BatchedResult batched_run(EngineCore& core, int batch, int prompt, int gen) {
+BatchedResult batched_run(EngineCore& core, int batch, int prompt, int gen,
+                          const std::shared_ptr<grammar::Constraint>& constraint = nullptr) {
   const int64_t vocab = core.runner().spec().vocab_size;
   Timer clock;
   std::vector<std::shared_ptr<TimingSink>> sinks;
@@ -143,6 +152,7 @@ BatchedResult batched_run(EngineCore& core, int batch, int prompt, int gen) {
     request.prompt.assign(ids.begin() + b, ids.end());
     request.max_tokens = gen;
     request.ignore_eos = true;
+    request.constraint = constraint;
     sinks.push_back(std::make_shared<TimingSink>(clock));
     core.submit(std::move(request), sinks.back());
   }
@@ -156,15 +166,58 @@ BatchedResult batched_run(EngineCore& core, int batch, int prompt, int gen) {
   return r;
 }
 
-int run_batched(const BenchFlags& f, EngineCore& core, const std::string& source, const std::string& backend) {
+// --json-schema: the schema's JSON values, one per line, without end: a sequence under it
+// decodes as long as an unconstrained one, so the two rows compare step for step.
+std::shared_ptr<grammar::Constraint> bench_constraint(const BenchFlags& f, const Model& model) {
+  if (f.json_schema.empty()) return nullptr;
+  const std::string tokenizer_path = !f.tokenizer.empty() ? f.tokenizer : f.model;
+  if (tokenizer_path.empty())
+    fail(ErrorCategory::kInvalidArgument, "bench: --json-schema with --synthetic needs --tokenizer FILE (its vocabulary)");
+  const Tokenizer tokenizer = Tokenizer::from_file(tokenizer_path);
+  std::ifstream in(f.json_schema);
+  if (!in) fail(ErrorCategory::kNotFound, "bench: --json-schema {}: cannot read it", f.json_schema);
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (schema.is_discarded()) fail(ErrorCategory::kInvalidArgument, "bench: --json-schema {} is not JSON", f.json_schema);
+  grammar::JsonGrammarWriter writer;
+  const std::string value = writer.add(schema, f.json_schema);
+  const std::string gbnf = fmt::format("root ::= ( {} \"\\n\" )+\n{}", value, writer.rules());
+  std::vector<int32_t> ends(model.generation.eos_token_ids.begin(), model.generation.eos_token_ids.end());
+  auto vocabulary = std::make_shared<grammar::TokenVocabulary>(grammar::TokenVocabulary::from_tokenizer(tokenizer, ends));
+  if (vocabulary->size() > model.spec.vocab_size)
+    fail(ErrorCategory::kInvalidArgument, "bench: the tokenizer has {} tokens, the model {}", vocabulary->size(),
+         model.spec.vocab_size);
+  return std::make_shared<grammar::Constraint>(grammar::parse_gbnf(gbnf), std::move(vocabulary), "--json-schema");
+}
+
+int run_batched(const BenchFlags& f, EngineCore& core, const Model& model, const std::string& backend) {
+  const std::string& source = model.source;
+  const std::shared_ptr<grammar::Constraint> constraint = bench_constraint(f, model);
   batched_run(core, f.parallel.front(), std::min(f.prompt_tokens, 16), 4);  // warm-up
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json)
     std::printf("| model | backend | PP | TG | B | prefill tok/s | decode tok/s | total tok/s |\n|---|---|---|---|---|---|---|---|\n");
   for (int batch : f.parallel) {
     batched_run(core, batch, f.prompt_tokens, 4);  // records this bucket's decode step
-    std::vector<BatchedResult> runs;
-    for (int r = 0; r < f.repetitions; ++r) runs.push_back(batched_run(core, batch, f.prompt_tokens, f.gen_tokens));
+    std::vector<BatchedResult> runs, held;
+    for (int r = 0; r < f.repetitions; ++r) {
+      runs.push_back(batched_run(core, batch, f.prompt_tokens, f.gen_tokens));
+      if (constraint) held.push_back(batched_run(core, batch, f.prompt_tokens, f.gen_tokens, constraint));
+    }
+    if (constraint) {
+      std::vector<double> plain, masked;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        plain.push_back(static_cast<double>(runs[i].decoded) / runs[i].decode_seconds);
+        masked.push_back(static_cast<double>(held[i].decoded) / held[i].decode_seconds);
+      }
+      const Stat a = stat_of(plain), b = stat_of(masked);
+      const double cost = 100.0 * (1.0 - b.mean / a.mean);
+      rows.push_back({{"batch", batch}, {"constraint", f.json_schema}, {"decode_tokens_per_second", b.mean},
+                      {"decode_sd", b.sd}, {"unconstrained_decode_tokens_per_second", a.mean},
+                      {"mask_cost_percent", cost}});
+      if (!f.json)
+        std::printf("| %s + json_schema | %s | %d | %d | %d | | %.1f ± %.1f | mask cost %.1f %% of decode |\n",
+                    source.c_str(), backend.c_str(), f.prompt_tokens, f.gen_tokens, batch, b.mean, b.sd, cost);
+    }
     std::vector<double> pp, tg, all;
     for (const BatchedResult& r : runs) {
       pp.push_back(batch * f.prompt_tokens / r.prefill_seconds);
@@ -231,7 +284,8 @@ int run_bench(const BenchFlags& f) {
   EngineCore core(model, nullptr, backend_pointers(backends), options);
   ModelRunner& runner = core.runner();
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
-  if (!f.parallel.empty()) return run_batched(f, core, model.source, backend->name());
+  if (!f.parallel.empty()) return run_batched(f, core, model, backend->name());
+  if (!f.json_schema.empty()) fail(ErrorCategory::kInvalidArgument, "bench: --json-schema applies to --parallel");
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
   auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
   const std::vector<int32_t> context = bench_tokens(f.depth, model.spec.vocab_size);
@@ -309,6 +363,10 @@ Action register_bench(CLI::App& app) {
                  "prompt tokens per engine step in the batched test (as serve's --prefill-chunk)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+  app.add_option("--json-schema", f->json_schema,
+                 "with --parallel: also run each B with every sequence held to this JSON schema, and report the "
+                 "masks' cost");
+  app.add_option("--tokenizer", f->tokenizer, "the tokenizer.json of --json-schema's masks (default: the model's)");
   f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);

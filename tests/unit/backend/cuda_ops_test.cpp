@@ -4,6 +4,8 @@
 // bf16 (the cuBLAS path), f32 bounds elsewhere. Skipped (not passed) where no
 // CUDA device is present or kettle was built without CUDA; ctest label: cuda.
 // The KV cache is paged: tables shuffled, unused pool rows NaN.
+#include <cstring>
+
 #include "unit/backend/cuda_test_support.h"
 
 namespace kettle::cuda_test {
@@ -374,6 +376,35 @@ TEST_F(CudaOpsTest, SampleMatchesTheCpuRule) {
   std::vector<int32_t> again(static_cast<size_t>(rows));
   gpu_->to_host(again.data(), dids.data(), dids.bytes());
   EXPECT_EQ(again, ids);
+}
+
+// Constrained decoding's masks: the same -inf logits as the CPU op, and the greedy draw after
+// them the allowed maximum.
+TEST_F(CudaOpsTest, MaskLogitsMatchesTheCpu) {
+  const int64_t rows = 5, vocab = 32003, words = (vocab + 31) / 32;
+  std::vector<float> logits = random_vec(static_cast<size_t>(rows * vocab), rng_, 4.0f);
+  std::vector<uint32_t> masks(static_cast<size_t>(rows * words));
+  std::uniform_int_distribution<uint32_t> bits;
+  for (size_t i = 0; i < masks.size(); ++i) masks[i] = i % 7 == 0 ? 0xFFFFFFFFu : bits(rng_) & bits(rng_);
+  std::vector<float> ref = logits;
+  cpu_->mask_logits(ref.data(), rows, vocab, masks.data());
+  auto dlogits = up(logits);
+  auto dmasks = up(masks);
+  gpu_->mask_logits(dlogits.data(), rows, vocab, dmasks.data());
+  std::vector<float> got(logits.size());
+  gpu_->to_host(got.data(), dlogits.data(), dlogits.bytes());
+  EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)));
+  std::vector<int32_t> want(static_cast<size_t>(rows));
+  cpu_->argmax(ref.data(), rows, vocab, want.data());
+  auto dids = up(std::vector<int32_t>(static_cast<size_t>(rows), -7));
+  gpu_->argmax(dlogits.data(), rows, vocab, dids.data());
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  gpu_->to_host(ids.data(), dids.data(), dids.bytes());
+  EXPECT_EQ(ids, want);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto id = static_cast<size_t>(ids[static_cast<size_t>(r)]);
+    EXPECT_TRUE((masks[static_cast<size_t>(r * words) + id / 32] >> (id % 32)) & 1u) << "row " << r;
+  }
 }
 
 // The serving engine's pattern: greedy draws over a batch whose row count changes every

@@ -302,6 +302,14 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"logprobs", {{"logprobs", true}}},
       {"repetition_context_size", {{"repetition_context_size", 20}}},
       {"xtc_probability", {{"xtc_probability", 0.5}}},
+      {"response_format", ojson::parse(R"({"response_format": {"type": "json_object"}})")},
+      {"guided_json", ojson::parse(R"({"guided_json": {"type": "object"}})")},
+      {"guided_choice", ojson::parse(R"({"guided_choice": ["a", "b"]})")},
+      {"guided_regex", ojson::parse(R"({"guided_regex": "[a-z]+"})")},
+      {"guided_grammar", ojson::parse(R"({"guided_grammar": "root ::= [a]"})")},
+      {"json_schema", ojson::parse(R"({"json_schema": {"type": "integer"}})")},
+      {"grammar", ojson::parse(R"({"grammar": "root ::= [a]"})")},
+      {"guided_decoding_backend", ojson::parse(R"({"guided_decoding_backend": "xgrammar"})")},
       {"xtc_threshold", {{"xtc_threshold", 0.1}}},
       {"presence_context_size", {{"presence_context_size", 20}}},
       {"frequency_context_size", {{"frequency_context_size", 20}}},
@@ -421,33 +429,62 @@ TEST(OpenAiRequest, CompletionsTakeLogprobsAsACountOrTrue) {
 TEST(RequestFields, ValuesKettleCannotApplyAreRefusedByName) {
   const ojson tools = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
   const auto chat_param = [](const ojson& extra) { return rejected_param(chat_body(extra)); };
-  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", "required"}}), "tool_choice");
-  EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
-            "tool_choice");
   EXPECT_EQ(chat_param({{"tools", tools}, {"tool_choice", "none"}}), "");
   EXPECT_EQ(chat_param({{"parallel_tool_calls", false}}), "parallel_tool_calls");
   EXPECT_EQ(chat_param({{"store", true}}), "store");
   EXPECT_EQ(chat_param({{"service_tier", "flex"}}), "service_tier");
   EXPECT_EQ(chat_param({{"modalities", {"text", "audio"}}}), "modalities");
-  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_object"}}}}), "response_format");
-  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}),
-            "response_format");
   EXPECT_EQ(chat_param({{"reasoning_effort", "extreme"}}), "reasoning_effort");
   EXPECT_EQ(chat_param({{"reasoning_effort", "none"}, {"chat_template_kwargs", {{"enable_thinking", true}}}}),
             "reasoning_effort");
   EXPECT_EQ(parse_openai_request(chat_body({{"reasoning_effort", "none"}}), true, kCtx).thinking, false);
   EXPECT_EQ(parse_openai_request(chat_body({{"reasoning_effort", "high"}}), true, kCtx).thinking, true);
-  for (const char* type : {"any", "tool"}) {
-    ojson body = {{"model", "m"},
-                  {"max_tokens", 5},
-                  {"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                  {"tools", {{{"name", "f"}, {"input_schema", ojson::object()}}}},
-                  {"tool_choice", {{"type", type}, {"name", "f"}}}};
+}
+
+// What asks for constrained output is read into one OutputConstraint, or refused naming
+// the field: a forced call needs tools and a tool that exists, one constraint per request.
+TEST(RequestFields, ConstraintsAreReadOrRefusedByName) {
+  using Kind = OutputConstraint::Kind;
+  // Bodies as JSON text: deep brace initializers make the compiler crawl.
+  const auto chat = [](const std::string& extra) {
+    return parse_openai_request(chat_body(ojson::parse(extra)), true, kCtx).constraint;
+  };
+  const auto chat_param = [](const std::string& extra) { return rejected_param(chat_body(ojson::parse(extra))); };
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  const auto with_tools = [&](const std::string& more) { return "{" + tools + ", " + more + "}"; };
+  EXPECT_EQ(chat(with_tools(R"("tool_choice": "required")")).kind, Kind::kToolCall);
+  const OutputConstraint named = chat(with_tools(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"));
+  EXPECT_EQ(named.kind, Kind::kToolCall);
+  EXPECT_EQ(named.tool, "f");
+  EXPECT_EQ(chat_param(with_tools(R"("tool_choice": {"type": "function", "function": {"name": "g"}})")), "tool_choice");
+  EXPECT_EQ(chat_param(R"({"tool_choice": "required"})"), "tool_choice");  // no tools
+  EXPECT_EQ(chat_param(R"({"tool_choice": "sometimes"})"), "tool_choice");
+  EXPECT_EQ(chat(R"({"response_format": {"type": "json_object"}})").kind, Kind::kJsonObject);
+  const OutputConstraint schema =
+      chat(R"({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer"}}}})");
+  EXPECT_EQ(schema.kind, Kind::kJsonSchema);
+  EXPECT_EQ(schema.field, "response_format.json_schema.schema");
+  EXPECT_EQ(schema.schema, ojson::parse(R"({"type": "integer"})"));
+  EXPECT_EQ(chat_param(R"({"response_format": {"type": "xml"}})"), "response_format.type");
+  EXPECT_EQ(chat_param(R"({"response_format": {"type": "json_schema"}})"), "response_format.json_schema");
+  EXPECT_EQ(chat_param(R"({"guided_regex": "a", "guided_choice": ["a"]})"), "guided_choice");
+  EXPECT_EQ(chat_param(R"({"guided_choice": []})"), "guided_choice");
+  EXPECT_EQ(chat_param(R"({"guided_json": 5})"), "guided_json");
+  EXPECT_EQ(chat(R"({"guided_json": "{\"type\": \"string\"}"})").schema, ojson::parse(R"({"type": "string"})"));
+  for (const std::string type : {"any", "tool"}) {
+    ojson body = ojson::parse(R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                                  "tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"name": "f"}})");
+    body["tool_choice"]["type"] = type;
+    const OutputConstraint c = parse_anthropic_request(body, kCtx).constraint;
+    EXPECT_EQ(c.kind, Kind::kToolCall) << type;
+    EXPECT_EQ(c.tool, type == "tool" ? "f" : "") << type;
+    if (type != "tool") continue;
+    body["tool_choice"]["name"] = "g";
     try {
       parse_anthropic_request(body, kCtx);
-      ADD_FAILURE() << "tool_choice " << type << " accepted";
+      ADD_FAILURE() << "a tool_choice naming no tool was accepted";
     } catch (const ApiError& e) {
-      EXPECT_EQ(e.param(), "tool_choice");
+      EXPECT_EQ(e.param(), "tool_choice.name");
     }
   }
 }
