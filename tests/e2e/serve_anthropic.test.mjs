@@ -142,7 +142,7 @@ test('any model name routes to the served model; the response names it', async (
   assert.ok(m.content.length >= 0 && m.usage.output_tokens > 0);
 });
 
-test('tool_choice any / tool and unknown fields are 400s naming them; auto and none are applied', async () => {
+test('tool_choice any / tool on a model with no tool-call syntax, and unknown fields, are 400s naming them; auto and none are applied', async () => {
   const tools = [{ name: 'lookup', description: 'Look up a word', input_schema: { type: 'object', properties: {} } }];
   const base = { model: 'kettle-demo', max_tokens: 4, messages: [{ role: 'user', content: question }], tools };
   for (const tool_choice of [{ type: 'any' }, { type: 'tool', name: 'lookup' }]) {

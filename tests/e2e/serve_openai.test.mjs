@@ -257,12 +257,13 @@ test('a field kettle cannot apply is a 400 naming it, through the official clien
       return true;
     });
   };
-  await refused({ response_format: { type: 'json_object' } }, 'response_format');
-  await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } },
-    'response_format');
+  // Constraints kettle cannot enforce: a schema keyword it does not compile, a forced call
+  // in a model whose template has no tool-call syntax, an empty choice list.
+  await refused({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { not: {} } } } } } },
+    'response_format.json_schema.schema');
   await refused({ tools, tool_choice: 'required' }, 'tool_choice');
   await refused({ tools, tool_choice: { type: 'function', function: { name: 'lookup' } } }, 'tool_choice');
-  await refused({ guided_choice: ['yes', 'no'] }, 'guided_choice');
+  await refused({ guided_choice: [] }, 'guided_choice');
   await refused({ typical_p: 0.5 }, 'typical_p');
   await refused({ frobnicate: true }, 'frobnicate');
   await refused({ store: true }, 'store');

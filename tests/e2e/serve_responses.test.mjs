@@ -142,7 +142,8 @@ test('what the route cannot apply is a 400 naming it', async () => {
       return true;
     });
   };
-  await refused({ text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object' } } } }, 'text.format');
+  await refused({ text: { format: { type: 'json_schema', name: 'x', schema: { type: 'object', properties: { a: { not: {} } } } } } },
+    'text.format.schema');
   await refused({ tools, tool_choice: 'required' }, 'tool_choice');
   await refused({ include: ['reasoning.encrypted_content'] }, 'include');
   await refused({ tools: [{ type: 'web_search' }] }, 'tools[0]');
