@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 
 #include "backend/backend.h"
 #include "engine/engine_core.h"
@@ -176,6 +177,100 @@ TEST_F(EngineCoreTest, ACancelledGenerationEndsWithinAStep) {
   EXPECT_EQ(sink->end.finish_reason, "cancelled");
   EXPECT_EQ(sink->tokens.size(), 3u);
   EXPECT_EQ(core.load().kv.blocks_used, 0) << "its blocks went back";
+}
+
+}  // namespace
+}  // namespace kettle
+
+namespace kettle {
+namespace {
+
+// Constrained decoding in the step loop: a sequence under a grammar draws only what the
+// grammar allows and stops when it is complete; batched with free sequences (rows with and
+// without masks in one step) every sequence draws what it draws alone; with drafts to
+// verify (speculation), right or wrong, the constrained tokens are the same.
+class ConstrainedEngineTest : public EngineCoreTest {
+ protected:
+  // The golden model's ids 0..255 as single bytes; the rest never allowed.
+  std::shared_ptr<grammar::Constraint> constraint(const std::string& gbnf) const {
+    std::vector<std::string> bytes(static_cast<size_t>(model_.spec.vocab_size));
+    for (int b = 0; b < 256; ++b) bytes[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+    auto vocab = std::make_shared<grammar::TokenVocabulary>(std::move(bytes), std::vector<int32_t>{});
+    return std::make_shared<grammar::Constraint>(grammar::parse_gbnf(gbnf), vocab, "test grammar");
+  }
+  static std::string text_of(const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += static_cast<char>(id);
+    return s;
+  }
+};
+
+TEST_F(ConstrainedEngineTest, OnlyTheGrammarsTokensAloneBatchedAndVerified) {
+  const std::string gbnf = "root ::= \"{\" [a-z]{2,6} ( \",\" [0-9]{1,3} ){1,3} \"}\"\n";
+  const std::regex shape(R"(\{[a-z]{2,6}(,[0-9]{1,3}){1,3}\})");
+  for (const float temperature : {0.0f, 0.9f}) {
+    GenerationRequest held = request(64, temperature);
+    held.constraint = constraint(gbnf);
+    const GenerationResult alone = [&] {
+      EngineCore core(model_, nullptr, {backend_.get()}, EngineOptions{});
+      return generate(core, held);
+    }();
+    ASSERT_EQ(alone.end.finish_reason, "stop") << alone.end.error;
+    EXPECT_TRUE(std::regex_match(text_of(alone.tokens), shape)) << text_of(alone.tokens);
+
+    // Batched with three free sequences of other prompts.
+    EngineOptions options;
+    options.batch = 4;
+    EngineCore core(model_, nullptr, {backend_.get()}, options);
+    std::vector<GenerationRequest> free_requests;
+    std::vector<std::shared_ptr<TokenSink>> sinks;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r = request(24, temperature);
+      r.prompt.push_back(100 + i);
+      r.sampling.seed = 77 + static_cast<uint64_t>(i);
+      free_requests.push_back(r);
+      sinks.push_back(std::make_shared<TokenSink>());
+      core.submit(r, sinks.back());
+    }
+    auto held_sink = std::make_shared<TokenSink>();
+    core.submit(held, held_sink);
+    core.run_until_idle();
+    EXPECT_EQ(held_sink->tokens, alone.tokens) << "temperature " << temperature;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(sinks[static_cast<size_t>(i)]->tokens, plain(free_requests[static_cast<size_t>(i)]));
+
+    // Drafts verified in one step: right (the alone run's) or wrong.
+    for (const bool right : {true, false}) {
+      EngineCore spec(model_, nullptr, {backend_.get()}, EngineOptions{});
+      auto sink = std::make_shared<TokenSink>();
+      spec.submit(held, sink);
+      while (!spec.idle()) {
+        for (const auto& seq : spec.scheduler().running_sequences()) {
+          if (!seq->decoding() || seq->finished()) continue;
+          const auto done = static_cast<size_t>(seq->produced());
+          for (size_t i = done; i < std::min(done + 3, alone.tokens.size()); ++i)
+            seq->draft().push_back(right ? alone.tokens[i] : '#');
+        }
+        spec.step();
+      }
+      EXPECT_EQ(sink->tokens, alone.tokens) << (right ? "right" : "wrong") << " drafts, temperature " << temperature;
+    }
+  }
+}
+
+TEST_F(ConstrainedEngineTest, AGrammarNoTokenCanFollowEndsWithAnErrorNamingIt) {
+  // é is two bytes (195, 169) and the vocabulary below has ASCII bytes only.
+  GenerationRequest held = request(8);
+  auto only_ascii = [&] {
+    std::vector<std::string> bytes(static_cast<size_t>(model_.spec.vocab_size));
+    for (int b = 0; b < 128; ++b) bytes[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+    auto vocab = std::make_shared<grammar::TokenVocabulary>(std::move(bytes), std::vector<int32_t>{});
+    return std::make_shared<grammar::Constraint>(grammar::parse_gbnf("root ::= \"\\u00e9\"\n"), vocab, "test grammar");
+  };
+  held.constraint = only_ascii();
+  EngineCore core(model_, nullptr, {backend_.get()}, EngineOptions{});
+  const GenerationResult r = generate(core, held);
+  EXPECT_EQ(r.end.finish_reason, "error");
+  EXPECT_NE(r.end.error.find("test grammar allows no token"), std::string::npos) << r.end.error;
 }
 
 }  // namespace
