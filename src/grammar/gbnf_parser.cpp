@@ -5,6 +5,7 @@
 //   rule references, ( groups ), and the postfixes * + ? {m} {m,} {m,n}
 //   # comments to the end of the line
 #include "grammar/grammar.h"
+#include "tokenizer/unicode.h"
 #include "util/error.h"
 
 namespace kettle::grammar {
@@ -117,7 +118,7 @@ class GbnfParser {
       std::string bytes;
       while (peek() != '"') {
         if (at_end()) error("unterminated string literal");
-        append_utf8(bytes, parse_char());
+        unicode::append_utf8(bytes, parse_char());
       }
       ++pos_;
       return builder_.literal(bytes);
@@ -208,24 +209,6 @@ class GbnfParser {
     }
     pos_ += n;
     return v;
-  }
-
-  static void append_utf8(std::string& out, char32_t c) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
   }
 
   int parse_count() {

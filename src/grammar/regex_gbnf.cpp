@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "grammar/gbnf_text.h"
+#include "tokenizer/unicode.h"
 #include "util/error.h"
 
 namespace kettle::grammar {
@@ -248,27 +249,9 @@ class RegexWriter {
 
   std::string literal(char32_t c) {
     std::string utf8;
-    append(utf8, c);
+    unicode::append_utf8(utf8, c);
     if (mode_ == RegexMode::kJsonString) return json_escaped(c);
     return gbnf_quote(utf8);
-  }
-
-  static void append(std::string& out, char32_t c) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
   }
 
   // A character as a JSON string spells it.
@@ -285,7 +268,7 @@ class RegexWriter {
     }
     if (c < 0x20) return gbnf_quote(fmt::format("\\u{:04x}", static_cast<unsigned>(c)));
     std::string utf8;
-    append(utf8, c);
+    unicode::append_utf8(utf8, c);
     return gbnf_quote(utf8);
   }
 
