@@ -102,7 +102,12 @@ void Sequence::emit_prompt_logprobs(int64_t first, std::vector<double> logprobs)
 }
 
 bool Sequence::fill_mask(std::span<uint32_t> words) {
-  constraint_->fill_mask(words);
+  try {
+    constraint_->fill_mask(words);
+  } catch (const std::exception& e) {  // a grammar past the matcher's bounds ends its generation
+    finish("error", e.what());
+    return false;
+  }
   if (std::any_of(words.begin(), words.end(), [](uint32_t w) { return w != 0; })) return true;
   finish("error", fmt::format("the {} allows no token of this vocabulary here", constraint_->constraint().description()));
   return false;
@@ -111,7 +116,12 @@ bool Sequence::fill_mask(std::span<uint32_t> words) {
 void Sequence::accept(const SampledToken& sampled, const std::vector<int>& eos_ids) {
   const int32_t token = sampled.id;
   // Masks make this hold; a token that breaks the grammar anyway ends the generation.
-  const bool in_grammar = !constraint_ || constraint_->accept(token);
+  bool in_grammar = true;
+  try {
+    in_grammar = !constraint_ || constraint_->accept(token);
+  } catch (const std::exception&) {
+    in_grammar = false;
+  }
   if (produced() == 0) {
     prefill_seconds_ = since_joined_.seconds();
     since_first_token_.reset();

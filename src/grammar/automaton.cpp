@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "util/error.h"
+
 namespace kettle::grammar {
 
 Automaton::Automaton(Grammar grammar) : g_(std::move(grammar)) {
@@ -72,6 +74,9 @@ void Automaton::close(std::vector<int32_t>& stacks, bool& accepting, StateKey& k
   seen_list_.clear();
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  if (stacks.size() > kMaxStacks || nodes_.size() > kMaxNodes)
+    fail(ErrorCategory::kInvalidArgument, "the grammar is too ambiguous to follow: {} parses at once (at most {}), {} "
+         "stack entries (at most {})", stacks.size(), kMaxStacks, nodes_.size(), kMaxNodes);
   key.stacks = std::move(stacks);
   key.accepting = accepting;
 }

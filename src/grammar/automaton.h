@@ -33,6 +33,10 @@ struct StateKey {
 class Automaton {
  public:
   static constexpr int32_t kDead = -1;
+  // Bounds on what one grammar may make the matcher hold (a grammar that passes them is
+  // refused mid-generation with kettle::Error): parses alive at once, stack entries in all.
+  static constexpr size_t kMaxStacks = 4096;
+  static constexpr size_t kMaxNodes = size_t{1} << 22;
 
   explicit Automaton(Grammar grammar);
 

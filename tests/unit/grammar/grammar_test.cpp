@@ -222,3 +222,24 @@ json-member ::= json-string ws ":" ws json-value
 
 }  // namespace
 }  // namespace kettle::grammar
+
+namespace kettle::grammar {
+namespace {
+
+// A grammar whose live parses grow with the input (each 'a' may or may not owe a 'b') is
+// refused by the matcher once past its bounds, with an error, not by exhausting memory.
+TEST(Gbnf, AnAmbiguityBombIsRefusedNotFollowed) {
+  auto c = std::make_shared<Constraint>(parse_gbnf("root ::= x\nx ::= \"a\" x \"b\" | \"a\" x | \"\"\n"),
+                                        byte_vocabulary(), "bomb");
+  ConstraintMatcher m(c);
+  int taken = 0;
+  EXPECT_THROW(
+      {
+        for (; taken < 100000; ++taken) ASSERT_TRUE(m.accept('a'));
+      },
+      Error);
+  EXPECT_GT(taken, 1000);  // an honest run of a's is followed a long way first
+}
+
+}  // namespace
+}  // namespace kettle::grammar
