@@ -6,20 +6,38 @@
 // a data-dependent point, as streamed model output would be. The same bytes
 // also arrive as an HTTP request, in pieces cut at data-dependent points: the
 // framing parser must end in a request within its limits or a 4xx/5xx status
-// it knows, and read the same request however the bytes were cut.
+// it knows, and read the same request however the bytes were cut. A request
+// that asks for structured output has its constraint compiled to a grammar.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "chat/output_parser.h"
+#include "grammar/grammar.h"
 #include "server/anthropic_protocol.h"
 #include "server/http/request_parser.h"
 #include "server/openai_protocol.h"
+#include "server/output_constraint.h"
 #include "server/request_fields.h"
 #include "server/responses_protocol.h"
+#include "util/error.h"
 
 namespace {
+
+// A request's output constraint compiles to GBNF and then to a grammar, or is refused with an Error.
+void compile_constraint(const kettle::server::CompletionParams& p, bool reasoning) {
+  using namespace kettle;
+  if (p.constraint.kind == server::OutputConstraint::Kind::kNone) return;
+  OutputParserOptions shape;
+  shape.format.tool_calls = ToolCallFormat::kHermes;
+  shape.format.reasoning = reasoning;
+  try {
+    const std::string gbnf = server::constraint_gbnf(p.constraint, shape, p.tools);
+    grammar::parse_gbnf(gbnf, server::kConstraintRoot);
+  } catch (const Error&) {
+  }
+}
 
 void parse_request(const std::string& body) {
   using namespace kettle::server;
@@ -39,6 +57,7 @@ void parse_request(const std::string& body) {
         CompletionParams p = api == 2 ? parse_anthropic_request(json, ctx) : parse_openai_request(json, api == 0, ctx);
         auto format = api == 2 ? make_anthropic_writer("msg_x", "m") : make_openai_writer({"id", 0, "m"}, p);
         format->stream_start(1);
+        compile_constraint(p, api == 1);
       } catch (const ApiError& e) {
         if (e.status() != 400 && e.status() != 404) __builtin_trap();  // a parser answers 400 or 404 only
       }
