@@ -17,6 +17,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "engine/embedding.h"
 #include "engine/engine.h"
 #include "engine/memory_policy.h"
 #include "kv/kv_pool.h"
@@ -59,7 +60,7 @@ struct ServeFlags {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
-  int64_t max_tokens = 512;
+  int64_t max_tokens = 0;  // 0: until EOS or the context
   SamplingOptions sampling;  // the defaults of requests that give none
   bool no_open = false;
   std::string thinking = "on";
@@ -137,7 +138,8 @@ int run_serve(const ServeFlags& flags) {
   const std::string folder = model_or_default(flags.model);
   Model model = load_model(folder);
   Tokenizer tokenizer = Tokenizer::from_file(folder);
-  std::optional<ChatTemplate> chat_template = load_chat_template(folder);
+  // An embedding model answers /v1/embeddings only: no chat template is read.
+  std::optional<ChatTemplate> chat_template = model.embedding ? std::nullopt : load_chat_template(folder);
 
   server::ServerConfig config;
   // A registry query names the model as the user wrote it (as vLLM does); a folder by its name.
@@ -157,6 +159,7 @@ int run_serve(const ServeFlags& flags) {
   for (const std::string& key : flags.api_keys)
     if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
   config.sampling = flags.sampling.resolve(model.generation);
+  if (model.embedding) config.embedding = embedding_model(model);
 
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
   std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device, flags.threads.resolve());
@@ -184,8 +187,12 @@ int run_serve(const ServeFlags& flags) {
     http.shutdown(flags.drain_seconds);
   });
   const std::string base = fmt::format("http://{}:{}", flags.host, flags.port);
-  std::printf("kettle serving %s (%s)\n  chat page:     %s/\n  OpenAI API:    %s/v1\n  Anthropic API: %s/v1/messages\n",
-              config.model_id.c_str(), folder.c_str(), base.c_str(), base.c_str(), base.c_str());
+  if (model.embedding)
+    std::printf("kettle serving %s (%s), an embedding model (%s pooling)\n  embeddings:    %s/v1/embeddings\n",
+                config.model_id.c_str(), folder.c_str(), pooling_name(model.embedding->pooling), base.c_str());
+  else
+    std::printf("kettle serving %s (%s)\n  chat page:     %s/\n  OpenAI API:    %s/v1\n  Anthropic API: %s/v1/messages\n",
+                config.model_id.c_str(), folder.c_str(), base.c_str(), base.c_str(), base.c_str());
   std::fflush(stdout);
   if (!flags.no_open) open_browser(base + "/");
   http.listen();
@@ -203,8 +210,9 @@ Action register_serve(CLI::App& app) {
   app.add_option("model", f->model, "Hugging Face model folder (default: the bundled demo model)");
   app.add_option("--host", f->host, "address to listen on")->capture_default_str();
   app.add_option("--port", f->port, "TCP port")->check(CLI::Range(1, 65535))->capture_default_str();
-  app.add_option("--max-tokens", f->max_tokens, "tokens generated when a request gives no max_tokens")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--max-tokens", f->max_tokens,
+                 "tokens generated when a request gives no max_tokens (0: until EOS or the context, as the KV budget allows)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   f->sampling.add_to(app);
   app.add_flag("--no-open", f->no_open, "do not open the chat page in a browser (opened only when a desktop is there)");

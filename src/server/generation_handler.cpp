@@ -71,6 +71,20 @@ std::unique_ptr<ResponseWriter> HttpServer::response_writer(Api api, const Compl
   return make_anthropic_writer(random_id("msg_"), config_.model_id);
 }
 
+int64_t HttpServer::default_max_tokens(int64_t n_prompt, int64_t room) const {
+  if (config_.default_max_tokens > 0) return std::min(config_.default_max_tokens, room);
+  const size_t capacity = engine_.kv_admission_capacity();
+  if (capacity == 0 || engine_.kv_bytes(n_prompt + room) <= capacity) return room;
+  // The longest generation whose KV fits (kv_bytes grows with the tokens); at least one token,
+  // so a prompt that alone exceeds the budget is refused by the check after this.
+  int64_t lo = 1, hi = room;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (engine_.kv_bytes(n_prompt + mid) <= capacity) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
 grammar::ConstraintCache& HttpServer::constraints() {
   std::call_once(constraints_once_, [this] {
     auto vocabulary = std::make_shared<grammar::TokenVocabulary>(
@@ -90,6 +104,10 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   Prepared p;
   p.api = api;
   p.route = route_of(static_cast<int>(api));
+  if (config_.embedding)
+    throw ApiError(400, fmt::format("{} is an embedding model: it answers /v1/embeddings, not {}", config_.model_id,
+                                    p.route),
+                   "model", "model_not_generative");
   RequestContext ctx{config_.model_id, config_.vocab_size, config_.sampling};
   nlohmann::ordered_json body = parse_body(req.body);
   std::optional<ResponsesRequest> responses;
@@ -161,7 +179,7 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
     throw ApiError(400, fmt::format("the prompt ({} tokens) fills the model's context of {} tokens", n_prompt,
                                     config_.context_length),
                    prompt_field, "context_length_exceeded");
-  const int64_t max_tokens = params.max_tokens.value_or(std::min(config_.default_max_tokens, room));
+  const int64_t max_tokens = params.max_tokens.value_or(default_max_tokens(n_prompt, room));
   const size_t kv_need = engine_.kv_bytes(n_prompt + max_tokens), kv_budget = engine_.kv_budget_bytes();
   if (engine_.kv_admission_capacity() > 0 && kv_need > engine_.kv_admission_capacity())
     throw ApiError(400,

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
+#include "engine/embedding.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "grammar/constraint.h"
@@ -36,7 +38,7 @@ struct ServerConfig {
   int64_t context_length = 0;      // max_position_embeddings
   int64_t vocab_size = 0;
   std::vector<int32_t> end_ids;    // the model's end-of-sequence ids (a constrained output ends with one)
-  int64_t default_max_tokens = 512;
+  int64_t default_max_tokens = 0;  // for requests without max_tokens; 0: to EOS or the context (as KV allows)
   SamplingParams sampling;         // defaults for unset request fields
   bool thinking = true;            // enable_thinking for templates that read it, unless a request says
   int max_queue = 64;              // generations waiting past this many: 429
@@ -46,6 +48,8 @@ struct ServerConfig {
   bool literal_special_tokens = false;  // control-token strings in message content stay text
   size_t response_store_bytes = size_t{64} << 20;  // /v1/responses kept for previous_response_id and GET
   int64_t response_ttl_seconds = 3600;
+  // An embedding model: /v1/embeddings answers, and the generation routes refuse.
+  std::optional<EmbeddingModel> embedding;
 };
 
 class HttpServer {
@@ -74,7 +78,13 @@ class HttpServer {
   // Compiled constraints over this model's vocabulary (made on the first constrained request).
   grammar::ConstraintCache& constraints();
   void handle_generation(http::Exchange& exchange, Api api, int key_index);
+  void handle_embeddings(http::Exchange& exchange);  // embeddings_handler.cpp
+  // The engine requests of a /v1/embeddings body (ApiError naming what is wrong).
+  std::vector<GenerationRequest> embedding_requests(const http::Request& req, bool& base64, int64_t& dimensions);
   Prepared prepare(const http::Request& req, Api api, int key_index);
+  // The tokens a request without max_tokens may generate after n_prompt (`room` fit the
+  // context): --max-tokens when set, else all of it that the KV admission can hold.
+  int64_t default_max_tokens(int64_t n_prompt, int64_t room) const;
   std::unique_ptr<ResponseWriter> response_writer(Api api, const CompletionParams& params) const;
   void reply_whole(http::Exchange& exchange, Prepared& prepared);
   void reply_stream(http::Exchange& exchange, Prepared& prepared);

@@ -288,7 +288,8 @@ json openai_model(const ModelCard& card) {
             {"repetition_penalty", d.repetition_penalty},
             {"presence_penalty", d.presence_penalty},
             {"frequency_penalty", d.frequency_penalty},
-            {"max_tokens", card.default_max_tokens}}}};
+            // null: a request without max_tokens runs to EOS or the context
+            {"max_tokens", card.default_max_tokens > 0 ? json(card.default_max_tokens) : json(nullptr)}}}};
 }
 
 json openai_model_list(const ModelCard& card) { return {{"object", "list"}, {"data", json::array({openai_model(card)})}}; }

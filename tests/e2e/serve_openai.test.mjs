@@ -295,3 +295,28 @@ test('XTC is applied: above 0.5 no two tokens qualify (greedy unchanged); at 0 o
   await assert.rejects(client.chat.completions.create({ ...base, xtc_probability: 2 }),
     (e) => e.status === 400 && (e.error?.param ?? e.param) === 'xtc_probability');
 });
+
+test('max_tokens absent: the generation runs to the context (no fixed 512); --max-tokens N sets a default; the card says null', async () => {
+  const { writeScriptedModel } = await import('../support/scripted_model.mjs');
+  const dir = mkdtempSync(join(tmpdir(), 'kettle-maxtok-'));
+  await writeScriptedModel(dir, { pieces: ['Hi'], context: 700 });
+  const open = await startServer([dir]);
+  const capped = await startServer([dir, '--max-tokens', '9']);
+  try {
+    const c = new OpenAI({ baseURL: `${open.base}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60000 });
+    // ignore_eos keeps the scripted model going past its end token: only the context stops it.
+    const r = await c.completions.create({ model: 'm', prompt: 'Count on', ignore_eos: true });
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.prompt_tokens + r.usage.completion_tokens, 700);
+    assert.ok(r.usage.completion_tokens > 512);
+    assert.equal((await c.models.retrieve('m')).defaults.max_tokens, null);
+    const d = new OpenAI({ baseURL: `${capped.base}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60000 });
+    const s = await d.completions.create({ model: 'm', prompt: 'Count on', ignore_eos: true });
+    assert.equal(s.usage.completion_tokens, 9);
+    assert.equal((await d.models.retrieve('m')).defaults.max_tokens, 9);
+  } finally {
+    stopServer(open);
+    stopServer(capped);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

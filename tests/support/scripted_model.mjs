@@ -226,7 +226,7 @@ function checkPieces(pieces) {
 }
 
 // Writes the model folder; returns what tests need to know about it.
-export async function writeScriptedModel(dir, { pieces, format = 'hermes' } = {}) {
+export async function writeScriptedModel(dir, { pieces, format = 'hermes', context = 4096 } = {}) {
   checkPieces(pieces);
   const template = CHAT_TEMPLATES[format];
   if (!template) throw new Error(`format: expected one of ${Object.keys(CHAT_TEMPLATES).join(', ')}, got ${format}`);
@@ -279,7 +279,7 @@ export async function writeScriptedModel(dir, { pieces, format = 'hermes' } = {}
     hidden_act: 'silu',
     hidden_size: hidden,
     intermediate_size: INTERMEDIATE,
-    max_position_embeddings: 4096,
+    max_position_embeddings: context,
     mlp_bias: false,
     num_attention_heads: 1,
     num_hidden_layers: 1,
