@@ -17,5 +17,6 @@ Action register_render(CLI::App& app);    // cmd_render.cpp
 Action register_perplexity(CLI::App& app);  // cmd_perplexity.cpp
 Action register_serve(CLI::App& app);       // cmd_serve.cpp
 Action register_fit(CLI::App& app);         // cmd_fit.cpp
+Action register_embed(CLI::App& app);       // cmd_embed.cpp
 
 }  // namespace kettle::cli

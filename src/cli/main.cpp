@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   add("tokenize", "encode text (or decode ids) with a model's tokenizer.json", kettle::cli::register_tokenize);
   add("render", "render a conversation with a model's chat template", kettle::cli::register_render);
   add("perplexity", "perplexity of a model over a text file (sliding window)", kettle::cli::register_perplexity);
+  add("embed", "embeddings of texts with an embedding model (JSON Lines)", kettle::cli::register_embed);
   add("serve", "OpenAI-compatible HTTP server (the default command)", kettle::cli::register_serve);
   add("fit", "will a model fit? weights, KV cache and working memory per device, longest context", kettle::cli::register_fit);
   CLI::App* serve = app.get_subcommand("serve");

@@ -68,7 +68,8 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
                         ? std::make_unique<PrefixCache>(*pool_, options.prompt_cache_bytes)
                         : nullptr),
       scheduler_(Scheduler::Options{options.batch, options.prefill_chunk}, *pool_, prefix_cache_.get()),
-      vocab_(model.spec.vocab_size) {
+      vocab_(model.spec.vocab_size),
+      width_(model.spec.output_width()) {
   // Out of free blocks, the pool takes back cached ones nobody holds (least recently used
   // first). The engine's one thread makes every pool and cache call, this one included.
   if (prefix_cache_) pool_->set_reclaimer([this] { return prefix_cache_->evict_one(); });
@@ -79,6 +80,11 @@ EngineCore::~EngineCore() = default;
 void EngineCore::submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) {
   try {
     const int64_t worst = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+    if (model_.spec.hidden_output && request.pooling == Pooling::kNone)
+      fail(ErrorCategory::kInvalidArgument, "{} is an embedding model: it computes embeddings, not text", model_.source);
+    if (!model_.spec.hidden_output && request.pooling != Pooling::kNone)
+      fail(ErrorCategory::kInvalidArgument, "{} is not an embedding model (its folder has no sentence-transformers "
+           "Pooling module in modules.json)", model_.source);
     auto seq = std::make_unique<Sequence>(std::move(request), sink, tokenizer_, vocab_);
     if (!scheduler_.can_ever_fit(worst))
       fail(ErrorCategory::kResourceExhausted, "a prompt and max_tokens of {} positions need {} MiB of KV cache; the "
@@ -127,7 +133,9 @@ void EngineCore::run_until_idle() {
 bool EngineCore::draws_on_device(const StepPlan& plan) const {
   if (backends_[0]->host_memory()) return false;
   for (const PlannedEntry& e : plan.entries)
-    if (e.kind == StepKind::kVerify || e.logits_rows > 1 || (e.draws && !e.seq->sampler().on_device())) return false;
+    if (e.kind == StepKind::kVerify || e.logits_rows > 1 || (e.draws && !e.seq->sampler().on_device()) ||
+        e.seq->request().pooling != Pooling::kNone)
+      return false;
   return true;
 }
 
@@ -167,23 +175,32 @@ void EngineCore::run_drawing_on_device(const StepPlan& plan, int64_t rows) {
 // The logits come back; each sequence's sampler draws (penalties, bias, logprobs), verify
 // rows are checked in order, scored prompts get their log-probabilities.
 void EngineCore::run_drawing_on_host(const StepPlan& plan, int64_t rows) {
-  if (logits_.size() < static_cast<size_t>(rows * vocab_)) logits_.resize(static_cast<size_t>(rows * vocab_));
+  if (logits_.size() < static_cast<size_t>(rows * width_)) logits_.resize(static_cast<size_t>(rows * width_));
   runner_->forward_batch(entries_, logits_.data());
   scheduler_.completed(plan);
   const float* row = logits_.data();
   for (const PlannedEntry& e : plan.entries) {
-    const float* last = row + (e.logits_rows - 1) * vocab_;
+    const float* last = row + (e.logits_rows - 1) * width_;
     if (e.kind == StepKind::kVerify)
       verify(e, row);
     else if (e.seq->request().prompt_logprobs)
       score_prompt(e, row);
+    else if (e.seq->request().pooling != Pooling::kNone)
+      pool_rows(e, row);
     if (e.kind != StepKind::kVerify && e.draws) {
       const uint32_t* mask = host_mask(*e.seq);
       if (!e.seq->finished()) e.seq->accept(e.seq->sampler().sample(last, vocab_, mask), model_.generation.eos_token_ids);
     }
     if (e.ends) e.seq->finish("length");
-    row += e.logits_rows * vocab_;
+    row += e.logits_rows * width_;
   }
+}
+
+// The chunk's rows: all its positions' (mean, CLS) or its last one's (last-token pooling).
+void EngineCore::pool_rows(const PlannedEntry& entry, const float* hidden) {
+  Sequence& seq = *entry.seq;
+  const int64_t end = seq.fed();  // after the chunk (fed already counts it)
+  entry.seq->pool(end - entry.logits_rows, hidden, entry.logits_rows, width_);
 }
 
 // A prompt chunk's rows score the prompt tokens after them: log-softmax in double of the

@@ -79,6 +79,8 @@ class EngineCore {
   bool draws_on_device(const StepPlan& plan) const;
   void verify(const PlannedEntry& entry, const float* logits);
   void score_prompt(const PlannedEntry& entry, const float* logits);
+  // An embedding's chunk: its hidden-state rows pooled into the sequence.
+  void pool_rows(const PlannedEntry& entry, const float* hidden);
   void end(std::vector<std::unique_ptr<Sequence>> ended);
   // Constrained decoding: the token masks of a step whose row i is entry i's draw.
   const uint32_t* step_masks(const StepPlan& plan, int64_t rows);
@@ -95,9 +97,10 @@ class EngineCore {
   std::unique_ptr<PrefixCache> prefix_cache_;  // null: off
   Scheduler scheduler_;
   int64_t vocab_;
+  int64_t width_;  // a step's output row: vocab_ logits, or an embedding model's hidden state
   StepPlan plan_;  // the step's, its storage reused
   std::vector<BatchEntry> entries_;
-  HostBuffer<float> logits_;  // [rows, vocab]
+  HostBuffer<float> logits_;  // [rows, width_]
   std::vector<SampleRow> sample_rows_;
   std::vector<int32_t> ids_;
   std::vector<uint32_t> masks_;                // [rows, mask_words()] the step's token masks

@@ -13,6 +13,7 @@
 
 #include "engine/sampler.h"
 #include "grammar/constraint.h"
+#include "model/embedding_spec.h"
 #include "model/generation_config.h"
 #include "util/error.h"
 
@@ -33,6 +34,12 @@ struct GenerationRequest {
   // tokenizer's vocabulary, with the model's end ids), and the generation stops once the
   // output is a whole sentence that nothing may extend. Null: free text.
   std::shared_ptr<grammar::Constraint> constraint;
+  // An embedding (of an embedding model, whose runner returns hidden states): the prompt is
+  // run, nothing is drawn (max_tokens 0), and the final norm's hidden states pooled so,
+  // then scaled to unit length when `normalize`, come back as GenerationOutput::embedding.
+  // kNone: a generation (refused by an embedding model).
+  Pooling pooling = Pooling::kNone;
+  bool normalize = false;
   uint64_t cache_scope = 0;       // the prefix cache shares blocks only within one scope
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 };
@@ -53,6 +60,7 @@ struct GenerationOutput {
   // first_position + i) for the positions this step ran.
   std::vector<double> prompt_logprobs;
   int64_t first_position = 0;
+  std::vector<float> embedding;  // GenerationRequest::pooling: the pooled vector, once, after the prompt ran
 };
 
 struct GenerationEnd {

@@ -43,7 +43,7 @@ void Scheduler::start(Sequence& seq) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - seq.request().submitted).count();
   seq.started();
   seq.kv.emplace(pool_);
-  if (cache_ == nullptr || seq.request().prompt_logprobs) return;  // every position is to be run
+  if (cache_ == nullptr || seq.reads_every_prompt_row()) return;  // every position is to be run
   PrefixCache::Match hit = cache_->match(seq.tokens(), seq.request().cache_scope);
   if (hit.tokens == 0) return;
   seq.kv->adopt(hit.blocks, hit.tokens);
@@ -93,7 +93,7 @@ void Scheduler::plan(StepPlan& plan) {
     plan.entries.push_back({seq.get(), StepKind::kPrompt,
                             std::span<const int32_t>(seq->tokens()).subspan(static_cast<size_t>(seq->fed()),
                                                                             static_cast<size_t>(n)),
-                            seq->request().prompt_logprobs ? n : 1, last && seq->request().max_tokens > 0,
+                            seq->reads_every_prompt_row() ? n : 1, last && seq->request().max_tokens > 0,
                             last && seq->request().max_tokens == 0});
   }
 }

@@ -5,6 +5,7 @@
 #include "engine/sequence.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -80,12 +81,15 @@ Sequence::Sequence(GenerationRequest request, std::shared_ptr<GenerationSink> si
            request_.constraint->vocabulary().size(), vocab);
     constraint_.emplace(request_.constraint);
   }
+  if (request_.pooling != Pooling::kNone &&
+      (request_.max_tokens != 0 || request_.prompt_logprobs || request_.constraint))
+    fail(ErrorCategory::kInvalidArgument, "an embedding draws nothing: max_tokens 0, no prompt_logprobs, no constraint");
   sampler_.start(request_.prompt, vocab, request_.max_tokens);
 }
 
 void Sequence::emit(std::string text, std::span<const int32_t> ids, std::vector<TokenReport> logprobs) {
   if (text.empty() && ids.empty() && logprobs.empty()) return;
-  sink_->on_output({std::move(text), ids, std::move(logprobs), {}, 0});
+  sink_->on_output({std::move(text), ids, std::move(logprobs), {}, 0, {}});
 }
 
 std::span<const int32_t> Sequence::verify_input() {
@@ -98,6 +102,31 @@ void Sequence::emit_prompt_logprobs(int64_t first, std::vector<double> logprobs)
   GenerationOutput out;
   out.first_position = first;
   out.prompt_logprobs = std::move(logprobs);
+  sink_->on_output(std::move(out));
+}
+
+void Sequence::pool(int64_t first, const float* rows, int64_t n, int64_t width) {
+  const Pooling pooling = request_.pooling;
+  if (pooled_.empty()) pooled_.assign(static_cast<size_t>(width), 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t position = first + r;
+    const bool take = pooling == Pooling::kMean || (pooling == Pooling::kCls && position == 0) ||
+                      (pooling == Pooling::kLastToken && position == prompt_size() - 1);
+    if (!take) continue;
+    for (int64_t i = 0; i < width; ++i) pooled_[static_cast<size_t>(i)] += rows[r * width + i];
+  }
+  if (first + n < prompt_size()) return;
+  if (pooling == Pooling::kMean)
+    for (double& v : pooled_) v /= static_cast<double>(prompt_size());
+  double scale = 1.0;
+  if (request_.normalize) {
+    double norm = 0.0;
+    for (double v : pooled_) norm += v * v;
+    scale = norm > 0.0 ? 1.0 / std::sqrt(norm) : 1.0;  // sentence-transformers leaves a zero vector as it is
+  }
+  GenerationOutput out;
+  out.embedding.reserve(pooled_.size());
+  for (double v : pooled_) out.embedding.push_back(static_cast<float>(v * scale));
   sink_->on_output(std::move(out));
 }
 
@@ -189,6 +218,7 @@ nlohmann::json Sequence::save() const {
                    {"rng", sampler_.rng_state()},
                    {"finish_reason", finish_reason_}};
   if (constraint_) j["constraint"] = constraint_->constraint().description();
+  if (request_.pooling != Pooling::kNone) j["pooling"] = pooling_name(request_.pooling);
   if (decoder_) {
     const StreamDecoder::State d = decoder_->state();
     j["decoder"] = {{"window", d.window}, {"emitted", d.emitted}};
@@ -204,6 +234,8 @@ std::unique_ptr<Sequence> Sequence::restore(const nlohmann::json& j, std::shared
     if (j.at("version").get<int>() != kStateVersion)
       fail(ErrorCategory::kInvalidArgument, "a saved sequence of version {}; this kettle reads {}",
            j.at("version").get<int>(), kStateVersion);
+    if (j.contains("pooling"))
+      fail(ErrorCategory::kUnsupported, "a saved embedding ({} pooling) cannot be restored: rerun it", j["pooling"].dump());
     if (j.contains("constraint"))
       fail(ErrorCategory::kUnsupported, "a saved sequence under a constraint ({}) cannot be restored: its grammar is "
            "not part of the saved state", j["constraint"].dump());

@@ -61,6 +61,15 @@ class Sequence {
   void accept(const SampledToken& sampled, const std::vector<int>& eos_ids);
   // The prompt's scores for `positions` positions from `first` (GenerationRequest::prompt_logprobs).
   void emit_prompt_logprobs(int64_t first, std::vector<double> logprobs);
+  // Whether every prompt position's output row is read (scored prompts, mean and CLS
+  // pooling): all of them are run, none adopted from the prefix cache.
+  bool reads_every_prompt_row() const {
+    return request_.prompt_logprobs || request_.pooling == Pooling::kMean || request_.pooling == Pooling::kCls;
+  }
+  // An embedding (GenerationRequest::pooling): the final hidden states of prompt positions
+  // [first, first + n), `width` floats each; once the last position is in, the pooled
+  // vector goes to the sink.
+  void pool(int64_t first, const float* rows, int64_t n, int64_t width);
   // Sampler bookkeeping for a token drawn on the device.
   Sampler& sampler() { return sampler_; }
   // Constrained decoding (GenerationRequest::constraint): whether the next token is masked,
@@ -103,6 +112,7 @@ class Sequence {
   Sampler sampler_;
   std::optional<StreamDecoder> decoder_;
   std::optional<grammar::ConstraintMatcher> constraint_;
+  std::vector<double> pooled_;  // an embedding's running sum (mean) or chosen row
   StopMatcher matcher_;
   std::string finish_reason_, why_;
   Timer since_joined_, since_first_token_;

@@ -1,7 +1,7 @@
 // The generic decoder forward (pre-norm residual blocks):
 //   h = embed(tokens) · embed_scale
 //   per layer: h += [post_norm](attn(norm(h)));  h += [post_norm](mlp(norm(h)))
-//   logits = [softcap](norm(h) · lm_headᵀ)
+//   logits = [softcap](norm(h) · lm_headᵀ)   (an embedding model: norm(h) itself)
 // Each norm is fused into the projection that reads it (Backend::project with an
 // InputNorm), and each block's output projection adds straight into h (project
 // accumulating) unless a sandwich norm sits between. Keys and values are written into the cache rows of their
@@ -59,7 +59,7 @@ DecoderRunner::DecoderRunner(const Model& model, Backend& backend, KvPool& pool,
     : model_(model),
       backend_(backend),
       tp_(tp),
-      vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.vocab_size),
+      vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.output_width()),
       weights_(resident_weights(backend, model.spec, model.weights)),
       kv_pool_(&pool) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
@@ -313,25 +313,34 @@ void DecoderRunner::run_step() {
     attention_block(layer);
     mlp_block(layer);
   }
+  const float* last_rows = output_rows();
+  if (s.hidden_output) {  // an embedding model: its output is the final norm's hidden states
+    backend_.rms_norm(last_rows, step_.rows, h, h, w.final_norm, s.rms_norm_eps, s.norm_add_one, step_.logits, h);
+    return;
+  }
   // Under tensor parallelism the head writes this rank's vocabulary slice, then the ranks gather.
   float* head_out = tp_.collective != nullptr ? shard_logits_.data() : step_.logits;
   const Projection head{&w.lm_head, head_out, s.vocab_size};
-  const float* last_rows = hidden_.data() + (n - step_.rows) * h;
-  if (step_.last_per_segment && step_.rows != n) {  // a batch with prompt chunks: gather each sequence's last rows
-    int64_t row = 0;
-    for (const Segment& seg : step_.segments) {
-      backend_.copy(normed_.data() + row * h, hidden_.data() + (seg.offset + seg.n - seg.logits) * h,
-                    static_cast<size_t>(seg.logits * h) * sizeof(float));
-      row += seg.logits;
-    }
-    last_rows = normed_.data();
-  }
   const InputNorm final_norm = norm_of(w.final_norm);
   backend_.project(last_rows, step_.rows, h, &final_norm, &head, 1);
   if (tp_.collective != nullptr)
     tp_.collective->all_gather_columns(head_out, step_.rows, s.vocab_size, tp_.vocab_begin, step_.logits, vocab_);
   if (s.final_softcap > 0.0f) backend_.softcap(step_.logits, step_.rows * vocab_, s.final_softcap);
   if (step_.next_id != nullptr) backend_.argmax(step_.logits, 1, vocab_, step_.next_id);
+}
+
+// The hidden rows the head reads: each segment's last `logits` rows, gathered when a batch
+// holds prompt chunks.
+const float* DecoderRunner::output_rows() {
+  const int64_t n = step_.n, h = model_.spec.hidden_size;
+  if (!step_.last_per_segment || step_.rows == n) return hidden_.data() + (n - step_.rows) * h;
+  int64_t row = 0;
+  for (const Segment& seg : step_.segments) {
+    backend_.copy(normed_.data() + row * h, hidden_.data() + (seg.offset + seg.n - seg.logits) * h,
+                  static_cast<size_t>(seg.logits * h) * sizeof(float));
+    row += seg.logits;
+  }
+  return normed_.data();
 }
 
 InputNorm DecoderRunner::norm_of(const Tensor& weight) const {

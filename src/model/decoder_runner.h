@@ -74,6 +74,7 @@ class DecoderRunner final : public ModelRunner {
   void attention_block(int64_t layer);
   void mlp_block(int64_t layer);
   InputNorm norm_of(const Tensor& weight) const;
+  const float* output_rows();
   void add_block_output(const float* x, int64_t ldx, const Linear& w, const Tensor& post_norm);
   void ensure_scratch(int64_t n, int64_t logits_rows);
   void ensure_tables(int64_t n_segments, int64_t stride);

@@ -16,6 +16,8 @@ Model load_model(const std::string& folder) {
   try {
     model.spec = load_model_config(folder);
     model.generation = load_generation_defaults(folder);
+    model.embedding = load_embedding_spec(folder);
+    model.spec.hidden_output = model.embedding.has_value();
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorCategory::kInvalidData, "{}/config.json: unexpected value ({})", folder, e.what());
   }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "model/embedding_spec.h"
 #include "model/generation_config.h"
 #include "model/model_spec.h"
 #include "model/weight_store.h"
@@ -18,6 +20,7 @@ struct Model {
   std::shared_ptr<WeightStore> store;
   ModelWeights weights;
   GenerationDefaults generation;
+  std::optional<EmbeddingSpec> embedding;  // an embedding model: how it pools (spec.hidden_output)
 
   size_t weight_bytes() const;  // bytes of all weights (tied embeddings counted once)
   // Bytes one token's forward reads: all weights but, in a MoE layer, only top_k of its

@@ -3,11 +3,15 @@
 #include "model/tensor_parallel.h"
 #include "model/tensor_parallel_runner.h"
 #include "model/decoder_runner.h"
+#include "util/error.h"
 
 namespace kettle {
 
 std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends, KvPool& pool) {
   if (backends.size() == 1) return std::make_unique<DecoderRunner>(model, *backends[0], pool);
+  if (model.spec.hidden_output)
+    fail(ErrorCategory::kUnsupported, "{} is an embedding model: it runs on one device (no tensor parallelism)",
+         model.source);
   return std::make_unique<TensorParallelRunner>(model, backends, pool);
 }
 

@@ -60,6 +60,9 @@ struct ModelSpec {
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   bool tie_word_embeddings = false;
+  // An embedding model (model/embedding_spec.h): a step's output rows are the final norm's
+  // hidden states [rows, hidden_size] instead of logits, and no lm_head is bound.
+  bool hidden_output = false;
 
   int n_experts = 0;
   int experts_per_token = 0;
@@ -72,6 +75,8 @@ struct ModelSpec {
   DType rope_freq_dtype = DType::kF32;
   std::vector<LayerSpec> layers;
 
+  // The width of a step's output rows: the vocabulary (logits) or the hidden size.
+  int64_t output_width() const { return hidden_output ? hidden_size : vocab_size; }
   int64_t q_size() const { return static_cast<int64_t>(n_heads) * head_dim; }
   int64_t kv_size() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
 };

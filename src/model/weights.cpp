@@ -13,7 +13,8 @@ namespace {
 
 class Binder {
  public:
-  Binder(const WeightStore& store, int64_t layer) : store_(store), prefix_(fmt::format("model.layers.{}.", layer)) {}
+  Binder(const WeightStore& store, const std::string& model_prefix, int64_t layer)
+      : store_(store), prefix_(fmt::format("{}layers.{}.", model_prefix, layer)) {}
 
   bool has(const std::string& suffix) const { return store_.contains(prefix_ + suffix); }
   Tensor need(const std::string& suffix, std::vector<int64_t> shape) const { return store_.get(prefix_ + suffix, shape); }
@@ -97,15 +98,21 @@ void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, La
 
 ModelWeights bind_weights(const ModelSpec& s, const WeightStore& store) {
   const ArchTable& arch = arch_table(s.model_type, store.folder());
+  // A causal-LM checkpoint names its decoder "model.*"; a base model (an embedding model
+  // saved by sentence-transformers, Qwen3-Embedding) names it at the top level.
+  const std::string prefix =
+      store.contains("embed_tokens.weight") && !store.contains("model.embed_tokens.weight") ? "" : "model.";
   ModelWeights w;
-  w.embed = store.get("model.embed_tokens.weight", {s.vocab_size, s.hidden_size});
-  w.final_norm = store.get("model.norm.weight", {s.hidden_size});
+  w.embed = store.get(prefix + "embed_tokens.weight", {s.vocab_size, s.hidden_size});
+  w.final_norm = store.get(prefix + "norm.weight", {s.hidden_size});
   // Tied: the embedding table itself; else lm_head.weight (its absence an error naming it).
-  w.lm_head.weight = s.tie_word_embeddings ? w.embed : store.get("lm_head.weight", {s.vocab_size, s.hidden_size});
+  // An embedding model's output is its hidden states: any lm_head is not read.
+  if (!s.hidden_output)
+    w.lm_head.weight = s.tie_word_embeddings ? w.embed : store.get("lm_head.weight", {s.vocab_size, s.hidden_size});
 
   w.layers.resize(static_cast<size_t>(s.n_layers));
   for (int64_t i = 0; i < s.n_layers; ++i) {
-    Binder b(store, i);
+    Binder b(store, prefix, i);
     LayerWeights& lw = w.layers[static_cast<size_t>(i)];
     lw.attn_norm = b.need("input_layernorm.weight", {s.hidden_size});
     bind_attention(s, arch, b, lw);

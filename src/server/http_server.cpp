@@ -50,6 +50,7 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/completions", "POST", false},
     {"/v1/messages", "POST", false},
     {"/v1/responses", "POST", false},
+    {"/v1/embeddings", "POST", false},
     {"/v1/responses/", "GET, DELETE", false, true},
 };
 
@@ -139,6 +140,7 @@ void HttpServer::route(const std::shared_ptr<http::Exchange>& exchange) {
     std::shared_ptr<http::Exchange> held = exchange;
     auto task = [this, held, generation, api, key_index, path] {
       try {
+        if (path == "/v1/embeddings") return handle_embeddings(*held);
         if (generation) return handle_generation(*held, api, key_index);
         held->reply(json_response(200, nlohmann::json{{"flushed_entries", engine_.flush_prefix_cache()}}.dump()));
       } catch (const std::exception& e) {
@@ -188,6 +190,10 @@ void HttpServer::answer_stored_response(http::Exchange& ex, const std::string& i
 
 ModelCard HttpServer::model_card() const {
   ModelCard card{config_.model_id, config_.context_length, {"completion"}, config_.sampling, config_.default_max_tokens};
+  if (config_.embedding) {
+    card.capabilities = {"embedding"};
+    return card;
+  }
   if (chat_template_) {
     card.capabilities.emplace_back("chat");
     if (detect_output_format(chat_template_->source(true)).tool_calls != ToolCallFormat::kNone)

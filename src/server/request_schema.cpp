@@ -160,6 +160,19 @@ std::vector<FieldRule> responses_rules() {
   });
 }
 
+std::vector<FieldRule> embeddings_rules() {
+  return {
+      {"input", kApplied, "a string, strings, token ids, or lists of token ids"},
+      {"model", kApplied, "any name: the served model answers, and the response names it"},
+      {"encoding_format", kApplied, "\"float\" or \"base64\" (little-endian float32)"},
+      {"dimensions", kApplied, "truncate and renormalize (Matryoshka models)"},
+      {"prompt_name", kApplied, "the model's named prompt put before each input (sentence-transformers)"},
+      {"user", kInfo, "an end-user identifier"},
+      {"truncate_prompt_tokens", kRefused, "an input past the model's length is a 400, never cut"},
+      {"normalize", kRefused, "the model's own Normalize module decides"},
+  };
+}
+
 const char* route_name(Route route) {
   switch (route) {
     case Route::kChatCompletions:
@@ -170,6 +183,8 @@ const char* route_name(Route route) {
       return "/v1/messages";
     case Route::kResponses:
       return "/v1/responses";
+    case Route::kEmbeddings:
+      return "/v1/embeddings";
   }
   return "";
 }
@@ -178,7 +193,8 @@ const char* route_name(Route route) {
 
 const std::vector<FieldRule>& field_rules(Route route) {
   static const std::vector<FieldRule> chat = chat_rules(), completion = completion_rules(),
-                                      anthropic = anthropic_rules(), responses = responses_rules();
+                                      anthropic = anthropic_rules(), responses = responses_rules(),
+                                      embeddings = embeddings_rules();
   switch (route) {
     case Route::kChatCompletions:
       return chat;
@@ -188,6 +204,8 @@ const std::vector<FieldRule>& field_rules(Route route) {
       return anthropic;
     case Route::kResponses:
       return responses;
+    case Route::kEmbeddings:
+      return embeddings;
   }
   return chat;
 }

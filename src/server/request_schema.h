@@ -14,7 +14,7 @@
 
 namespace kettle::server {
 
-enum class Route { kChatCompletions, kCompletions, kAnthropicMessages, kResponses };
+enum class Route { kChatCompletions, kCompletions, kAnthropicMessages, kResponses, kEmbeddings };
 
 enum class FieldUse { kApplied, kInformational, kRefused };
 
