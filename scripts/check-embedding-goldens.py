@@ -12,7 +12,7 @@ for case in sorted(os.listdir(root)):
     groups = {}
     for row in golden["cases"]:
         groups.setdefault(row["prompt_name"], []).append(row)
-    worst = 1.0
+    worst, failed = 1.0, 0
     for prompt_name, rows in groups.items():
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write("\n".join(r["text"] for r in rows) + "\n")
@@ -21,7 +21,7 @@ for case in sorted(os.listdir(root)):
             cmd += ["--prompt-name", prompt_name]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            print(case, "kettle embed failed:", out.stderr.strip()); bad += 1; continue
+            print(case, "kettle embed failed:", out.stderr.strip()); failed += 1; continue
         for row, line in zip(rows, out.stdout.splitlines()):
             got = json.loads(line)
             a, b = got["embedding"], row["embedding"]
@@ -29,6 +29,8 @@ for case in sorted(os.listdir(root)):
             worst = min(worst, cos)
             if got["tokens"] != len(row["input_ids"]):
                 print(case, "token count", got["tokens"], "!=", len(row["input_ids"])); bad += 1
+    if failed:
+        print(f"{case}: FAILED ({failed} kettle embed runs failed)"); bad += failed; continue
     print(f"{case}: lowest cosine {worst:.7f} over {len(golden['cases'])} texts")
     worst_all = min(worst_all, worst)
 sys.exit(1 if bad or worst_all < 0.9999 else 0)

@@ -49,9 +49,21 @@ Pooling read_pooling(const fs::path& path) {
   if (!config->value("include_prompt", true))
     fail(ErrorCategory::kUnsupported, "{}: 'include_prompt': false is not supported", path.string());
   std::optional<Pooling> chosen;
+  // sentence-transformers 6 writes one string ("pooling_mode": "lasttoken"); earlier
+  // versions one flag per mode.
+  if (config->contains("pooling_mode")) {
+    const json& mode = (*config)["pooling_mode"];
+    static const std::pair<const char*, Pooling> kNames[] = {
+        {"lasttoken", Pooling::kLastToken}, {"mean", Pooling::kMean}, {"cls", Pooling::kCls}};
+    for (const auto& [name, pooling] : kNames)
+      if (mode.is_string() && mode.get_ref<const std::string&>() == name) chosen = pooling;
+    if (!chosen)
+      fail(ErrorCategory::kUnsupported, "{}: pooling_mode {} is not supported (kettle computes lasttoken, mean and cls)",
+           path.string(), mode.dump());
+  }
   for (const auto& [key, mode] : kModes) {
     if (!config->value(key, false)) continue;
-    if (chosen) fail(ErrorCategory::kUnsupported, "{}: more than one pooling mode is set", path.string());
+    if (chosen && *chosen != mode) fail(ErrorCategory::kUnsupported, "{}: more than one pooling mode is set", path.string());
     chosen = mode;
   }
   if (!chosen) fail(ErrorCategory::kInvalidData, "{}: no pooling mode is set", path.string());
@@ -83,6 +95,20 @@ void read_matryoshka(const fs::path& path, EmbeddingSpec& spec) {
   }
 }
 
+// The longest input: sentence_bert_config.json's max_seq_length (sentence-transformers
+// before 6), else the tokenizer's model_max_length (where 6 keeps it); 0: the model's context.
+int64_t read_max_tokens(const fs::path& folder) {
+  if (const std::optional<json> bert = read_json(folder / "sentence_bert_config.json"))
+    if (bert->contains("max_seq_length") && (*bert)["max_seq_length"].is_number_integer())
+      return std::max<int64_t>(0, (*bert)["max_seq_length"].get<int64_t>());
+  if (const std::optional<json> tok = read_json(folder / "tokenizer_config.json"))
+    if (tok->contains("model_max_length") && (*tok)["model_max_length"].is_number_integer()) {
+      const int64_t n = (*tok)["model_max_length"].get<int64_t>();
+      if (n > 0 && n < (int64_t{1} << 31)) return n;  // transformers writes ~1e30 for "no limit"
+    }
+  return 0;
+}
+
 }  // namespace
 
 std::optional<EmbeddingSpec> load_embedding_spec(const std::string& folder_name) {
@@ -112,9 +138,7 @@ std::optional<EmbeddingSpec> load_embedding_spec(const std::string& folder_name)
   }
   if (!pooled) return std::nullopt;
   read_prompts(folder / "config_sentence_transformers.json", spec);
-  if (const std::optional<json> bert = read_json(folder / "sentence_bert_config.json"))
-    if (bert->contains("max_seq_length") && (*bert)["max_seq_length"].is_number_integer())
-      spec.max_tokens = std::max<int64_t>(0, (*bert)["max_seq_length"].get<int64_t>());
+  spec.max_tokens = read_max_tokens(folder);
   read_matryoshka(folder / "config.json", spec);
   return spec;
 }

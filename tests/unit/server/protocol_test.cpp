@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/anthropic_protocol.h"
+#include "server/embeddings_protocol.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 #include "server/request_schema.h"
@@ -355,11 +356,22 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       {"text", {{"text", {{"format", {{"type", "text"}}}}}}},
       {"truncation", {{"truncation", "disabled"}}},
   });
+  const std::map<std::string, ojson> embeddings_samples = {
+      {"input", ojson::object()},
+      {"model", {{"model", "text-embedding-3-small"}}},
+      {"encoding_format", {{"encoding_format", "base64"}}},
+      {"dimensions", {{"dimensions", 32}}},
+      {"prompt_name", {{"prompt_name", "query"}}},
+      {"user", {{"user", "u"}}},
+  };
   ResponseStore store(1 << 20, std::chrono::seconds(3600));
   store.put("resp_stored", {ojson::object(), ojson::array({{{"role", "user"}, {"content", "hi"}}})});
   const auto param = [&](Route route, const ojson& body) {
     try {
-      if (route == Route::kResponses)
+      if (route == Route::kEmbeddings) {
+        check_fields(body, route);
+        parse_embeddings_request(body, 4096);
+      } else if (route == Route::kResponses)
         parse_responses_request(body, kCtx, store);
       else if (route == Route::kAnthropicMessages)
         parse_anthropic_request(body, kCtx);
@@ -371,15 +383,18 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       return e.param();
     }
   };
-  for (Route route : {Route::kChatCompletions, Route::kCompletions, Route::kAnthropicMessages, Route::kResponses}) {
+  for (Route route : {Route::kChatCompletions, Route::kCompletions, Route::kAnthropicMessages, Route::kResponses,
+                      Route::kEmbeddings}) {
     const bool anthropic = route == Route::kAnthropicMessages;
     const ojson base = anthropic ? ojson{{"model", "m"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}
                        : route == Route::kChatCompletions ? chat_body()
                        : route == Route::kResponses       ? ojson{{"input", "hi"}}
+                       : route == Route::kEmbeddings      ? ojson{{"input", {"hi", "there"}}}
                                                           : ojson{{"prompt", "hi"}};
-    const auto& samples = anthropic                    ? anthropic_samples
-                          : route == Route::kResponses ? responses_samples
-                                                       : openai_samples;
+    const auto& samples = anthropic                     ? anthropic_samples
+                          : route == Route::kResponses  ? responses_samples
+                          : route == Route::kEmbeddings ? embeddings_samples
+                                                        : openai_samples;
     int applied = 0, refused = 0;
     for (const FieldRule& rule : field_rules(route)) {
       const std::string name(rule.name);
@@ -397,8 +412,8 @@ TEST(RequestFields, EveryFieldOfEveryRouteIsAppliedOrRefusedByName) {
       EXPECT_EQ(param(route, body), "") << "applied field '" << name << "' refused";
       ++applied;
     }
-    EXPECT_GT(applied, 10);
-    EXPECT_GT(refused, 2);
+    EXPECT_GT(applied, route == Route::kEmbeddings ? 4 : 10);
+    EXPECT_GT(refused, route == Route::kEmbeddings ? 1 : 2);
     // A refused field's neutral value asks for what kettle does anyway: taken.
     for (const FieldRule& rule : field_rules(route)) {
       if (rule.use != FieldUse::kRefused || rule.neutral.empty()) continue;
@@ -527,6 +542,14 @@ namespace {
 // message; the stored conversation of previous_response_id comes first, instructions
 // first of all (and are not part of what is stored).
 TEST(ResponsesRequest, InputItemsBecomeTemplateMessages) {
+  const std::map<std::string, ojson> embeddings_samples = {
+      {"input", ojson::object()},
+      {"model", {{"model", "text-embedding-3-small"}}},
+      {"encoding_format", {{"encoding_format", "base64"}}},
+      {"dimensions", {{"dimensions", 32}}},
+      {"prompt_name", {{"prompt_name", "query"}}},
+      {"user", {{"user", "u"}}},
+  };
   ResponseStore store(1 << 20, std::chrono::seconds(3600));
   store.put("resp_1", {ojson::object(), ojson::array({{{"role", "user"}, {"content", "earlier"}}})});
   const ojson call_a = {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{\"x\":1}"}};
@@ -573,6 +596,36 @@ TEST(ResponsesRequest, InputItemsBecomeTemplateMessages) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status(), 404);
   }
+}
+
+}  // namespace
+}  // namespace kettle::server
+
+namespace kettle::server {
+namespace {
+
+TEST(Embeddings, Base64IsRfc4648Padded) {
+  EXPECT_EQ(base64_encode("Man", 3), "TWFu");
+  EXPECT_EQ(base64_encode("Ma", 2), "TWE=");
+  EXPECT_EQ(base64_encode("M", 1), "TQ==");
+  EXPECT_EQ(base64_encode("", 0), "");
+  const unsigned char high[] = {0xFB, 0xFF, 0xBF};
+  EXPECT_EQ(base64_encode(high, 3), "+/+/");
+  const float one = 1.0f;  // little-endian 00 00 80 3F
+  EXPECT_EQ(base64_encode(&one, sizeof one), "AACAPw==");
+}
+
+TEST(Embeddings, InputsInEveryShapeOpenAiTakes) {
+  using nlohmann::ordered_json;
+  EXPECT_EQ(parse_embeddings_request({{"input", "a"}}, 10).texts, std::vector<std::string>{"a"});
+  EXPECT_EQ(parse_embeddings_request({{"input", {"a", "b"}}}, 10).texts, (std::vector<std::string>{"a", "b"}));
+  const EmbeddingsParams ids = parse_embeddings_request({{"input", {1, 2, 3}}}, 10);
+  ASSERT_EQ(ids.token_inputs.size(), 1u);
+  EXPECT_EQ(ids.token_inputs[0], (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_embeddings_request(ordered_json::parse(R"({"input": [[1], [2, 3]]})"), 10).count(), 2u);
+  EXPECT_FALSE(parse_embeddings_request({{"input", "a"}}, 10).base64);
+  EXPECT_TRUE(parse_embeddings_request({{"input", "a"}, {"encoding_format", "base64"}}, 10).base64);
+  EXPECT_EQ(parse_embeddings_request({{"input", "a"}, {"dimensions", 8}}, 10).dimensions, 8);
 }
 
 }  // namespace
