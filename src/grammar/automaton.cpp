@@ -13,7 +13,9 @@ Automaton::Automaton(Grammar grammar) : g_(std::move(grammar)) {
 }
 
 void Automaton::reset() {
-  states_.clear();
+  std::lock_guard lock(grow_);
+  for (auto& chunk : chunks_) chunk.reset();
+  n_states_.store(0, std::memory_order_release);
   state_ids_.clear();
   ++epoch_;
   // The start: every alternative of the root, with nothing to return to.
@@ -27,10 +29,8 @@ void Automaton::reset() {
   }
   StateKey key;
   close(stacks, accepting, key);
-  start_ = intern(key);
+  start_ = intern_locked(key);
 }
-
-int32_t Automaton::start() { return start_; }
 
 int32_t Automaton::node(int32_t pos, int32_t parent) {
   const uint64_t k = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
@@ -82,29 +82,43 @@ void Automaton::close(std::vector<int32_t>& stacks, bool& accepting, StateKey& k
 }
 
 int32_t Automaton::intern(const StateKey& key) {
+  std::lock_guard lock(grow_);
+  return intern_locked(key);
+}
+
+int32_t Automaton::intern_locked(const StateKey& key) {
   std::string bytes(key.stacks.size() * sizeof(int32_t) + 1, '\0');
   if (!key.stacks.empty()) std::memcpy(bytes.data(), key.stacks.data(), key.stacks.size() * sizeof(int32_t));
   bytes.back() = key.accepting ? 1 : 0;
-  auto [it, added] = state_ids_.try_emplace(std::move(bytes), static_cast<int32_t>(states_.size()));
-  if (added) states_.push_back({key, nullptr});
+  const size_t id = n_states_.load(std::memory_order_relaxed);
+  auto [it, added] = state_ids_.try_emplace(std::move(bytes), static_cast<int32_t>(id));
+  if (!added) return it->second;
+  if (id >= kStateChunk * kStateChunks) {
+    state_ids_.erase(it);
+    fail(ErrorCategory::kInvalidArgument, "the grammar is too large to follow: over {} automaton states",
+         kStateChunk * kStateChunks);
+  }
+  auto& chunk = chunks_[id / kStateChunk];
+  if (!chunk) chunk = std::make_unique<State[]>(kStateChunk);
+  chunk[id % kStateChunk].key = key;
+  n_states_.store(id + 1, std::memory_order_release);
   return it->second;
 }
 
-int32_t Automaton::step(int32_t state, uint8_t byte) {
-  {
-    State& s = states_[static_cast<size_t>(state)];
-    if (!s.next) {
-      s.next = std::make_unique<int32_t[]>(256);
-      std::fill(s.next.get(), s.next.get() + 256, kUnknown);
-    }
-    if (s.next[byte] != kUnknown) return s.next[byte];
+int32_t Automaton::step_slow(int32_t state, uint8_t byte) {
+  std::lock_guard lock(grow_);
+  State& s = at(state);
+  std::atomic<int32_t>* next = s.next.load(std::memory_order_relaxed);
+  if (next == nullptr) {
+    next = new std::atomic<int32_t>[256];
+    for (int b = 0; b < 256; ++b) next[b].store(kUnknown, std::memory_order_relaxed);
+    s.next.store(next, std::memory_order_release);
   }
+  if (const int32_t known = next[byte].load(std::memory_order_relaxed); known != kUnknown) return known;
   std::vector<int32_t> stacks;
   bool accepting = false;
-  // A copy: expand() may grow nodes_, and interning may grow states_.
-  const std::vector<int32_t> from = states_[static_cast<size_t>(state)].key.stacks;
-  for (int32_t s : from) {
-    const Node n = nodes_[static_cast<size_t>(s)];
+  for (int32_t from : s.key.stacks) {  // the key does not move: states live in fixed chunks
+    const Node n = nodes_[static_cast<size_t>(from)];
     const Element e = g_.elements[static_cast<size_t>(n.pos)];
     if (!g_.byte_sets[static_cast<size_t>(e.value)].has(byte)) continue;
     const Element after = g_.elements[static_cast<size_t>(n.pos) + 1];
@@ -112,8 +126,8 @@ int32_t Automaton::step(int32_t state, uint8_t byte) {
   }
   StateKey key;
   close(stacks, accepting, key);
-  const int32_t to = key.stacks.empty() && !key.accepting ? kDead : intern(key);
-  states_[static_cast<size_t>(state)].next[byte] = to;
+  const int32_t to = key.stacks.empty() && !key.accepting ? kDead : intern_locked(key);
+  next[byte].store(to, std::memory_order_release);
   return to;
 }
 

@@ -9,11 +9,16 @@
 // pop), so a repetition matches any length at a constant depth — a string inside a
 // JSON value is one state, token after token.
 //
-// Not thread-safe: one caller at a time (Constraint holds the lock).
+// Thread-safe for walks: step(), intern() and the readers may run on many threads at
+// once (a known transition is one atomic load; a new one is computed under a lock, once).
+// reset() needs the caller to exclude every other call (Constraint's epoch lock).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,25 +39,34 @@ class Automaton {
  public:
   static constexpr int32_t kDead = -1;
   // Bounds on what one grammar may make the matcher hold (a grammar that passes them is
-  // refused mid-generation with kettle::Error): parses alive at once, stack entries in all.
+  // refused mid-generation with kettle::Error): parses alive at once, stack entries in all,
+  // states between resets.
   static constexpr size_t kMaxStacks = 4096;
   static constexpr size_t kMaxNodes = size_t{1} << 22;
+  static constexpr size_t kStateChunk = 1024, kStateChunks = 1024;
 
   explicit Automaton(Grammar grammar);
 
-  int32_t start();
+  int32_t start() const { return start_; }
   // The state after one more byte, or kDead.
-  int32_t step(int32_t state, uint8_t byte);
-  bool accepting(int32_t state) const { return states_[static_cast<size_t>(state)].key.accepting; }
+  int32_t step(int32_t state, uint8_t byte) {
+    const std::atomic<int32_t>* next = at(state).next.load(std::memory_order_acquire);
+    if (next != nullptr) {
+      const int32_t to = next[byte].load(std::memory_order_acquire);
+      if (to != kUnknown) return to;
+    }
+    return step_slow(state, byte);
+  }
+  bool accepting(int32_t state) const { return at(state).key.accepting; }
   // True when some byte may follow (a state that accepts and cannot continue is complete).
-  bool can_continue(int32_t state) const { return !states_[static_cast<size_t>(state)].key.stacks.empty(); }
+  bool can_continue(int32_t state) const { return !at(state).key.stacks.empty(); }
 
-  const StateKey& key(int32_t state) const { return states_[static_cast<size_t>(state)].key; }
+  const StateKey& key(int32_t state) const { return at(state).key; }
   int32_t intern(const StateKey& key);
 
-  size_t states() const { return states_.size(); }
+  size_t states() const { return n_states_.load(std::memory_order_acquire); }
   // Drops the state tables (stacks stay): ids handed out before are void. Done by the
-  // owner when states() passes its budget.
+  // owner, with every other caller excluded, when states() passes its budget.
   void reset();
   // Bumped by each reset(), so holders of state ids know to intern their keys again.
   uint64_t epoch() const { return epoch_; }
@@ -64,10 +78,20 @@ class Automaton {
   };
   struct State {
     StateKey key;
-    std::unique_ptr<int32_t[]> next;  // [256] once a transition is asked for; kUnknown until computed
+    // [256] once a transition is asked for; kUnknown until computed. Written under grow_.
+    std::atomic<std::atomic<int32_t>*> next{nullptr};
+    ~State() { delete[] next.load(); }
   };
   static constexpr int32_t kUnknown = -2;
 
+  // States live in chunks that never move, so readers index them while others add.
+  const State& at(int32_t id) const {
+    const auto i = static_cast<size_t>(id);
+    return chunks_[i / kStateChunk][i % kStateChunk];
+  }
+  State& at(int32_t id) { return const_cast<State&>(static_cast<const Automaton*>(this)->at(id)); }
+  int32_t step_slow(int32_t state, uint8_t byte);
+  int32_t intern_locked(const StateKey& key);
   int32_t node(int32_t pos, int32_t parent);
   // Adds to `out` every stack reachable from `stack` whose top is a byte set, expanding
   // rule calls and returns (stack 0 reached: accepting).
@@ -75,9 +99,11 @@ class Automaton {
   void close(std::vector<int32_t>& stacks, bool& accepting, StateKey& key);
 
   Grammar g_;
+  std::mutex grow_;  // what follows, and every new state or transition
   std::vector<Node> nodes_;  // [0]: the empty stack
   std::unordered_map<uint64_t, int32_t> node_ids_;
-  std::vector<State> states_;
+  std::array<std::unique_ptr<State[]>, kStateChunks> chunks_;
+  std::atomic<size_t> n_states_{0};
   std::unordered_map<std::string, int32_t> state_ids_;
   int32_t start_ = -1;
   uint64_t epoch_ = 0;

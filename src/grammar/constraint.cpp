@@ -6,13 +6,50 @@
 
 namespace kettle::grammar {
 
-Constraint::Constraint(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::string description)
-    : automaton_(std::move(grammar)), vocabulary_(std::move(vocabulary)), description_(std::move(description)) {
-  masks_epoch_ = automaton_.epoch();
+Constraint::Constraint(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::string description,
+                       size_t max_states)
+    : automaton_(std::move(grammar)),
+      vocabulary_(std::move(vocabulary)),
+      description_(std::move(description)),
+      max_states_(max_states) {
+  const size_t mask_bytes = static_cast<size_t>((vocabulary_->size() + 31) / 32) * sizeof(uint32_t);
+  max_masks_ = std::max<size_t>(256, kMaskCacheBytes / std::max<size_t>(1, mask_bytes));
+}
+
+std::shared_lock<std::shared_mutex> Constraint::enter() {
+  if (automaton_.states() > max_states_) {
+    std::unique_lock exclusive(epoch_mutex_);
+    if (automaton_.states() > max_states_) {
+      automaton_.reset();
+      std::lock_guard lock(masks_mutex_);
+      masks_.clear();
+      mask_index_.clear();
+    }
+  }
+  return std::shared_lock(epoch_mutex_);
+}
+
+Constraint::Mask Constraint::cached_mask(int32_t state) {
+  std::lock_guard lock(masks_mutex_);
+  const auto it = mask_index_.find(state);
+  if (it == mask_index_.end()) return nullptr;
+  masks_.splice(masks_.begin(), masks_, it->second);
+  return it->second->second;
+}
+
+void Constraint::keep_mask(int32_t state, Mask mask) {
+  std::lock_guard lock(masks_mutex_);
+  if (mask_index_.count(state)) return;  // another walk made it meanwhile
+  masks_.emplace_front(state, std::move(mask));
+  mask_index_[state] = masks_.begin();
+  if (masks_.size() > max_masks_) {
+    mask_index_.erase(masks_.back().first);
+    masks_.pop_back();
+  }
 }
 
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<Constraint> constraint) : constraint_(std::move(constraint)) {
-  std::lock_guard lock(constraint_->mutex_);
+  const auto epoch = constraint_->enter();
   Automaton& a = constraint_->automaton_;
   state_ = a.start();
   key_ = a.key(state_);
@@ -21,7 +58,6 @@ ConstraintMatcher::ConstraintMatcher(std::shared_ptr<Constraint> constraint) : c
 
 int32_t ConstraintMatcher::state() {
   Automaton& a = constraint_->automaton_;
-  if (a.states() > Constraint::kMaxStates) a.reset();
   if (epoch_ != a.epoch()) {
     state_ = a.intern(key_);
     epoch_ = a.epoch();
@@ -31,30 +67,26 @@ int32_t ConstraintMatcher::state() {
 
 void ConstraintMatcher::fill_mask(std::span<uint32_t> words) {
   Constraint& c = *constraint_;
-  std::lock_guard lock(c.mutex_);
+  const auto epoch = c.enter();
   const int32_t s = state();
-  if (c.masks_epoch_ != c.automaton_.epoch() || c.masks_.size() >= Constraint::kMaxMasks) {
-    c.masks_.clear();
-    c.masks_epoch_ = c.automaton_.epoch();
+  Constraint::Mask mask = c.cached_mask(s);
+  if (!mask || mask->size() != words.size()) {
+    auto made = std::make_shared<std::vector<uint32_t>>(words.size());
+    c.vocabulary_->allowed(c.automaton_, s, *made);  // in parallel with other rows' walks
+    mask = made;
+    c.keep_mask(s, mask);
   }
-  auto it = c.masks_.find(s);
-  if (it == c.masks_.end() || it->second.size() != words.size()) {
-    std::vector<uint32_t> mask(words.size());
-    c.vocabulary_->allowed(c.automaton_, s, mask);
-    // allowed() may have grown the tables past the budget: the next call resets them.
-    it = c.masks_.insert_or_assign(s, std::move(mask)).first;
-  }
-  std::copy(it->second.begin(), it->second.end(), words.begin());
+  std::copy(mask->begin(), mask->end(), words.begin());
 }
 
 bool ConstraintMatcher::accept(int32_t token) {
   Constraint& c = *constraint_;
   const TokenVocabulary& v = *c.vocabulary_;
-  std::lock_guard lock(c.mutex_);
   if (token < 0 || token >= v.size()) return false;
   if (v.is_end(token)) return key_.accepting;
   const std::string& bytes = v.bytes(token);
   if (bytes.empty()) return false;
+  const auto epoch = c.enter();
   int32_t s = state();
   for (char b : bytes) {
     s = c.automaton_.step(s, static_cast<uint8_t>(b));

@@ -2,19 +2,22 @@
 // asks for the same grammar; ConstraintMatcher: one sequence's place in it.
 //
 // Per step a matcher gives the token mask (which ids may come next) for its state.
-// Masks are cached per automaton state, so a state met again — the inside of a
-// string, the same spot of the same schema in another request — costs a copy. The
-// automaton's tables are bounded: past kMaxStates they are dropped and rebuilt as
-// needed (matchers keep their state by value, so nothing is lost).
+// Masks are cached per automaton state (least recently used dropped past a byte
+// budget), so a state met again — the inside of a string, the same spot of the same
+// schema in another request — costs a copy. The automaton's tables are bounded: past
+// kMaxStates they are dropped and rebuilt as needed (matchers keep their state by
+// value, so nothing is lost).
 //
-// Thread-safe: matchers of one constraint take its lock; different constraints run
-// in parallel.
+// Thread-safe, and parallel: matchers of one constraint (the rows of one schema in a
+// batch) fill their masks at once on the engine's mask threads — walks share the
+// automaton's tables and the mask cache; only a reset of the tables excludes them.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -27,24 +30,36 @@ namespace kettle::grammar {
 
 class Constraint {
  public:
-  Constraint(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::string description);
+  // max_states: the automaton's tables are dropped past it (tests make it small).
+  Constraint(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::string description,
+             size_t max_states = kMaxStates);
 
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   // What it was compiled from, for errors ("json_schema", "regex", …).
   const std::string& description() const { return description_; }
 
   static constexpr size_t kMaxStates = 16384;
-  static constexpr size_t kMaxMasks = 256;
+  static constexpr size_t kMaskCacheBytes = size_t{32} << 20;  // at least 256 masks whatever the vocabulary
 
  private:
   friend class ConstraintMatcher;
+  using Mask = std::shared_ptr<const std::vector<uint32_t>>;
 
-  std::mutex mutex_;
+  // Drops the automaton's tables (and the masks keyed by their states) once past
+  // kMaxStates; then holds the epoch shared for the caller's walk.
+  std::shared_lock<std::shared_mutex> enter();
+  Mask cached_mask(int32_t state);
+  void keep_mask(int32_t state, Mask mask);
+
+  std::shared_mutex epoch_mutex_;  // shared: walks; exclusive: a reset
   Automaton automaton_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   std::string description_;
-  std::unordered_map<int32_t, std::vector<uint32_t>> masks_;  // by state, this epoch
-  uint64_t masks_epoch_ = 0;
+  size_t max_states_;
+  size_t max_masks_;
+  std::mutex masks_mutex_;
+  std::list<std::pair<int32_t, Mask>> masks_;  // by state (this epoch), most recent first
+  std::unordered_map<int32_t, std::list<std::pair<int32_t, Mask>>::iterator> mask_index_;
 };
 
 class ConstraintMatcher {
@@ -61,7 +76,7 @@ class ConstraintMatcher {
   const Constraint& constraint() const { return *constraint_; }
 
  private:
-  int32_t state();  // under the lock: the current state's id in this epoch
+  int32_t state();  // inside enter(): the current state's id in this epoch
 
   std::shared_ptr<Constraint> constraint_;
   StateKey key_;

@@ -4,6 +4,9 @@
 // the grammar's own reference accepts.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include <random>
@@ -217,6 +220,48 @@ json-member ::= json-string ws ":" ws json-value
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     const std::string text = walk(g, seed);
     EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+  }
+}
+
+// The engine fills the masks of one schema's rows on several threads at once: each
+// thread's matcher gets exactly the masks that a private, single-threaded constraint
+// gives for the same tokens — also while the shared tables are dropped and rebuilt
+// (max_states 64 forces resets mid-run) and the mask cache evicts.
+TEST_F(RealVocabulary, MatchersOnManyThreadsGetOneThreadsMasks) {
+  const std::string g = "root ::= ( json-object \"\\n\" )+\n" + std::string(R"(ws ::= [ \t\n]{0,4}
+json-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+json-string ::= "\"" json-char{0,40} "\""
+json-value ::= json-string | "-"? [1-9] [0-9]{0,4} | "true" | "null"
+json-object ::= "{" ws ( json-member ws ( "," ws json-member ws ){0,3} )? "}"
+json-member ::= json-string ws ":" ws json-value
+)");
+  for (size_t max_states : {size_t{64}, Constraint::kMaxStates}) {
+    auto shared = std::make_shared<Constraint>(parse_gbnf(g), vocab_, "shared", max_states);
+    const size_t words = static_cast<size_t>((vocab_->size() + 31) / 32);
+    std::atomic<int> mismatches{0}, steps{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+      threads.emplace_back([&, t] {
+        auto own = std::make_shared<Constraint>(parse_gbnf(g), vocab_, "own");
+        ConstraintMatcher a(shared), b(own);
+        std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+        std::vector<uint32_t> ma(words), mb(words);
+        for (int step = 0; step < 150; ++step) {
+          a.fill_mask(ma);
+          b.fill_mask(mb);
+          if (ma != mb) ++mismatches;
+          std::vector<int32_t> allowed;
+          for (int32_t id = 0; id < vocab_->size(); ++id)
+            if (!vocab_->is_end(id) && ((mb[static_cast<size_t>(id) / 32] >> (id % 32)) & 1u)) allowed.push_back(id);
+          if (allowed.empty()) break;
+          const int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+          if (!a.accept(pick) || !b.accept(pick)) ++mismatches;
+          ++steps;
+        }
+      });
+    for (std::thread& th : threads) th.join();
+    EXPECT_EQ(mismatches.load(), 0) << "max_states " << max_states;
+    EXPECT_EQ(steps.load(), 8 * 150);
   }
 }
 
