@@ -7,7 +7,7 @@ import json, math, os, subprocess, sys, tempfile
 
 kettle, root, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
 worst_all, bad = 1.0, 0
-for case in sorted(os.listdir(root)):
+for case in sorted(c for c in os.listdir(root) if os.path.isdir(os.path.join(root, c))):
     golden = json.load(open(os.path.join(root, case, "golden.json")))
     groups = {}
     for row in golden["cases"]:
