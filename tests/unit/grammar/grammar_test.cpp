@@ -145,6 +145,17 @@ TEST(Regex, InsideAJsonStringEscapesAndSearches) {
   EXPECT_FALSE(matches(search, "xxbyy"));
 }
 
+// A JSON object grammar with counted repetitions (strings of at most `max_chars`).
+std::string small_json_grammar(const std::string& root, int max_chars) {
+  return "root ::= " + root + "\n" + R"(ws ::= [ \t\n]{0,4}
+json-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+json-string ::= "\"" json-char{0,)" + std::to_string(max_chars) + R"(} "\""
+json-value ::= json-string | "-"? [1-9] [0-9]{0,4} | "true" | "null"
+json-object ::= "{" ws ( json-member ws ( "," ws json-member ws ){0,3} )? "}"
+json-member ::= json-string ws ":" ws json-value
+)";
+}
+
 // The demo model's byte-level BPE vocabulary: masks follow the grammar token by token.
 class RealVocabulary : public ::testing::Test {
  protected:
@@ -210,13 +221,7 @@ TEST_F(RealVocabulary, MaskHoldsExactlyTheTokensTheGrammarTakes) {
 }
 
 TEST_F(RealVocabulary, RandomWalksThroughAJsonGrammarEndInJson) {
-  const std::string g = "root ::= json-object\n" + std::string(R"(ws ::= [ \t\n]{0,4}
-json-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-json-string ::= "\"" json-char{0,12} "\""
-json-value ::= json-string | "-"? [1-9] [0-9]{0,4} | "true" | "null"
-json-object ::= "{" ws ( json-member ws ( "," ws json-member ws ){0,3} )? "}"
-json-member ::= json-string ws ":" ws json-value
-)");
+  const std::string g = small_json_grammar("json-object", 12);
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     const std::string text = walk(g, seed);
     EXPECT_TRUE(nlohmann::json::accept(text)) << text;
@@ -228,13 +233,7 @@ json-member ::= json-string ws ":" ws json-value
 // gives for the same tokens — also while the shared tables are dropped and rebuilt
 // (max_states 64 forces resets mid-run) and the mask cache evicts.
 TEST_F(RealVocabulary, MatchersOnManyThreadsGetOneThreadsMasks) {
-  const std::string g = "root ::= ( json-object \"\\n\" )+\n" + std::string(R"(ws ::= [ \t\n]{0,4}
-json-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-json-string ::= "\"" json-char{0,40} "\""
-json-value ::= json-string | "-"? [1-9] [0-9]{0,4} | "true" | "null"
-json-object ::= "{" ws ( json-member ws ( "," ws json-member ws ){0,3} )? "}"
-json-member ::= json-string ws ":" ws json-value
-)");
+  const std::string g = small_json_grammar("( json-object \"\\n\" )+", 40);
   for (size_t max_states : {size_t{64}, Constraint::kMaxStates}) {
     auto shared = std::make_shared<Constraint>(parse_gbnf(g), vocab_, "shared", max_states);
     const size_t words = static_cast<size_t>((vocab_->size() + 31) / 32);

@@ -542,14 +542,6 @@ namespace {
 // message; the stored conversation of previous_response_id comes first, instructions
 // first of all (and are not part of what is stored).
 TEST(ResponsesRequest, InputItemsBecomeTemplateMessages) {
-  const std::map<std::string, ojson> embeddings_samples = {
-      {"input", ojson::object()},
-      {"model", {{"model", "text-embedding-3-small"}}},
-      {"encoding_format", {{"encoding_format", "base64"}}},
-      {"dimensions", {{"dimensions", 32}}},
-      {"prompt_name", {{"prompt_name", "query"}}},
-      {"user", {{"user", "u"}}},
-  };
   ResponseStore store(1 << 20, std::chrono::seconds(3600));
   store.put("resp_1", {ojson::object(), ojson::array({{{"role", "user"}, {"content", "earlier"}}})});
   const ojson call_a = {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{\"x\":1}"}};
