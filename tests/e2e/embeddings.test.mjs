@@ -6,7 +6,7 @@
 // token-id inputs, and the refusals by name.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
@@ -31,19 +31,33 @@ function assertClose(got, want, what) {
 }
 const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
 
-function embedCli(name, cases, extra = []) {
-  const args = ['embed', '-m', modelDir(name), '--file', '-', ...extra];
-  const out = execFileSync(kettle, args, { input: cases.map((c) => c.text).join('\n') + '\n', encoding: 'utf8' });
-  return out.trim().split('\n').map((l) => JSON.parse(l));
+// kettle with `input` on stdin, without blocking the event loop (the servers' kept-alive
+// connections stay serviced meanwhile).
+function runKettle(args, input = '') {
+  return new Promise((resolve, reject) => {
+    const child = spawn(kettle, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '', stderr = '';
+    child.stdout.on('data', (d) => { stdout += d; });
+    child.stderr.on('data', (d) => { stderr += d; });
+    child.on('error', reject);
+    child.on('close', (status) => resolve({ status, stdout, stderr }));
+    child.stdin.end(input);
+  });
+}
+
+async function embedCli(name, cases, extra = []) {
+  const r = await runKettle(['embed', '-m', modelDir(name), '--file', '-', ...extra], cases.map((c) => c.text).join('\n') + '\n');
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim().split('\n').map((l) => JSON.parse(l));
 }
 
 for (const [name, data] of [['qwen3_last', qwen], ['llama_mean', llama]]) {
   for (const [label, extra] of [['whole', []], ['chunked by 7, batch 3', ['--prefill-chunk', '7', '--batch', '3']]]) {
-    test(`kettle embed ${name} (${data.pooling}, ${label}) equals sentence-transformers`, () => {
+    test(`kettle embed ${name} (${data.pooling}, ${label}) equals sentence-transformers`, async () => {
       for (const prompt of [null, 'query']) {
         const cases = data.cases.filter((c) => c.prompt_name === prompt);
         if (cases.length === 0) continue;
-        const rows = embedCli(name, cases, [...extra, ...(prompt ? ['--prompt-name', prompt] : [])]);
+        const rows = await embedCli(name, cases, [...extra, ...(prompt ? ['--prompt-name', prompt] : [])]);
         assert.equal(rows.length, cases.length);
         rows.forEach((r, i) => {
           assert.equal(r.index, i);
@@ -56,22 +70,22 @@ for (const [name, data] of [['qwen3_last', qwen], ['llama_mean', llama]]) {
   }
 }
 
-test('kettle embed: --dimensions truncates and renormalizes; refusals exit non-zero naming the input', () => {
+test('kettle embed: --dimensions truncates and renormalizes; refusals exit non-zero naming the input', async () => {
   const cases = qwen.cases.filter((c) => c.prompt_name === null);
-  const rows = embedCli('qwen3_last', cases, ['--dimensions', '32']);
+  const rows = await embedCli('qwen3_last', cases, ['--dimensions', '32']);
   rows.forEach((r, i) => {
     assert.equal(r.embedding.length, 32);
     assertClose(r.embedding, cases[i].embedding_truncated, `text ${i} at 32 dimensions`);
   });
-  const fails = (args, pattern) => {
-    const r = spawnSync(kettle, ['embed', ...args], { encoding: 'utf8' });
+  const fails = async (args, pattern) => {
+    const r = await runKettle(['embed', ...args]);
     assert.notEqual(r.status, 0, `${args.join(' ')} should fail`);
     assert.match(r.stderr, pattern);
   };
-  fails(['-m', modelDir('llama_mean'), '--text', 'hi', '--dimensions', '32'], /not Matryoshka/);
-  fails(['-m', modelDir('qwen3_last'), '--text', 'hi', '--prompt-name', 'passage'], /prompt_name 'passage'.*'document', 'query'/);
-  fails(['-m', demo, '--text', 'hi'], /not an embedding model/);
-  fails(['-m', modelDir('qwen3_last'), '--text', 'word '.repeat(600)], /input 0 has \d+ tokens; this model embeds at most 512/);
+  await fails(['-m', modelDir('llama_mean'), '--text', 'hi', '--dimensions', '32'], /not Matryoshka/);
+  await fails(['-m', modelDir('qwen3_last'), '--text', 'hi', '--prompt-name', 'passage'], /prompt_name 'passage'.*'document', 'query'/);
+  await fails(['-m', demo, '--text', 'hi'], /not an embedding model/);
+  await fails(['-m', modelDir('qwen3_last'), '--text', 'word '.repeat(600)], /input 0 has \d+ tokens; this model embeds at most 512/);
 });
 
 let qwenServer, llamaServer, demoServer;
