@@ -83,8 +83,9 @@ struct RowState {
 };
 
 // One key tile [k0, k0 + 64) for this warp's rows: scores, masking, the softmax update and
-// P·V. q_rows: the warp's MR × 16 query rows in shared memory.
-template <int KT, int MR>
+// P·V. q_rows: the warp's MR × 16 query rows in shared memory. FULL: every row of the warp
+// sees every key of the tile, so nothing is masked (the same bits as masking nothing).
+template <int KT, int MR, bool FULL>
 __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* k_tile, const __half* v_tile, int hd,
                                             const AttentionParams& p, int k0, int lane, RowState<KT, MR>& st) {
   const int stride = padded_row(hd), steps = (hd + 15) / 16;
@@ -124,7 +125,7 @@ __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* 
         for (int h = 0; h < 2; ++h) {
           float& x = s[r][j][2 * h + e];
           if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-          x = key >= st.first[r][h] && key <= st.pos[r][h] ? x : -INFINITY;
+          if (!FULL) x = key >= st.first[r][h] && key <= st.pos[r][h] ? x : -INFINITY;
           tile_max[h] = fmaxf(tile_max[h], x);
         }
       }
@@ -143,7 +144,7 @@ __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& x = s[r][j][2 * h + e];
-          x = x == -INFINITY ? 0.0f : exp2f((x - m_new[h]) * kLog2e);
+          x = !FULL && x == -INFINITY ? 0.0f : exp2f((x - m_new[h]) * kLog2e);
           row_sum[h] += x;
         }
 #pragma unroll
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
   // Positions are the step's inputs (uploaded before its first kernel): read before the wait.
   RowState<KT, MR> st;
   int warp_lo = INT_MAX, warp_hi = -1;
+  int full_lo = -1, full_hi = INT_MAX;  // keys every row of the warp sees: [full_lo, full_hi]
 #pragma unroll
   for (int r = 0; r < MR; ++r)
 #pragma unroll
@@ -216,6 +218,8 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
       st.m[r][h] = -INFINITY;
       st.l[r][h] = 0.0f;
       if (st.pos[r][h] >= 0) warp_lo = min(warp_lo, st.first[r][h]), warp_hi = max(warp_hi, st.pos[r][h]);
+      full_lo = max(full_lo, st.first[r][h]);
+      full_hi = min(full_hi, st.pos[r][h]);  // a row past n (-1) leaves no tile full
 #pragma unroll
       for (int nn = 0; nn < 2 * KT; ++nn) st.o[r][nn][2 * h] = st.o[r][nn][2 * h + 1] = 0.0f;
     }
@@ -223,6 +227,8 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
   for (int o = 16; o > 0; o >>= 1) {
     warp_lo = min(warp_lo, __shfl_xor_sync(0xffffffffu, warp_lo, o));
     warp_hi = max(warp_hi, __shfl_xor_sync(0xffffffffu, warp_hi, o));
+    full_lo = max(full_lo, __shfl_xor_sync(0xffffffffu, full_lo, o));
+    full_hi = min(full_hi, __shfl_xor_sync(0xffffffffu, full_hi, o));
   }
   if (lane == 0) warp_ranges[warp][0] = warp_lo, warp_ranges[warp][1] = warp_hi;
   __syncthreads();
@@ -263,9 +269,13 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     }
     __syncthreads();
     const int k0 = tile * kKeyTile;
-    if (k0 <= warp_hi && k0 + kKeyTile - 1 >= warp_lo)
-      attend_tile<KT, MR>(q_tile + warp * kWarpRows * stride, k_tiles + stage * stage_halves,
-                          v_tiles + stage * stage_halves, hd, p, k0, lane, st);
+    const __half* q_rows = q_tile + warp * kWarpRows * stride;
+    if (k0 >= full_lo && k0 + kKeyTile - 1 <= full_hi)
+      attend_tile<KT, MR, true>(q_rows, k_tiles + stage * stage_halves, v_tiles + stage * stage_halves, hd, p, k0,
+                                lane, st);
+    else if (k0 <= warp_hi && k0 + kKeyTile - 1 >= warp_lo)
+      attend_tile<KT, MR, false>(q_rows, k_tiles + stage * stage_halves, v_tiles + stage * stage_halves, hd, p, k0,
+                                 lane, st);
     __syncthreads();  // the stage is free for the tile after next
   }
 #pragma unroll
