@@ -41,6 +41,14 @@ size_t prefill_block_bytes(int hd, int query_rows) {
   return static_cast<size_t>(query_rows + 4 * kKeyTile) * padded_row(hd) * sizeof(__half);
 }
 
+// 2^x by the special-function unit alone: exp2f's extra steps only keep subnormal results,
+// which the f16 weights and the row sums (≥ 1) never see.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Keys [k0, k0 + 64) of this head into a stage: rows outside [lo, hi] (before the block's
 // first visible key, past its last: released or unwritten blocks) and dims past head_dim
 // are zeros. 16-byte asynchronous copies when rows are aligned, else element by element.
@@ -135,7 +143,7 @@ __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* 
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
       m_new[h] = fmaxf(st.m[r][h], tile_max[h]);
-      correction[h] = m_new[h] == -INFINITY ? 1.0f : exp2f((st.m[r][h] - m_new[h]) * kLog2e);
+      correction[h] = m_new[h] == -INFINITY ? 1.0f : exp2_fast((st.m[r][h] - m_new[h]) * kLog2e);
     }
 #pragma unroll
     for (int j = 0; j < kKeyTile / 8; ++j)
@@ -144,7 +152,7 @@ __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& x = s[r][j][2 * h + e];
-          x = !FULL && x == -INFINITY ? 0.0f : exp2f((x - m_new[h]) * kLog2e);
+          x = !FULL && x == -INFINITY ? 0.0f : exp2_fast((x - m_new[h]) * kLog2e);
           row_sum[h] += x;
         }
 #pragma unroll
@@ -154,6 +162,8 @@ __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* 
       st.l[r][h] = st.l[r][h] * correction[h] + row_sum[h];
       st.m[r][h] = m_new[h];
     }
+    // Once a row's max settles, its correction is exactly 1 tile after tile: no rescale.
+    if (!__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) continue;
 #pragma unroll
     for (int n = 0; n < 2 * KT; ++n) {
       st.o[r][n][0] *= correction[0];
