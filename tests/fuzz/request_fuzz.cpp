@@ -1,5 +1,6 @@
 // libFuzzer target: every byte string a client could send as the body of
-// /v1/chat/completions, /v1/completions, /v1/messages or /v1/responses goes through the same
+// /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses or /v1/embeddings goes
+// through the same
 // parsers the server runs; a reply is either CompletionParams or an ApiError
 // (any other exception, a crash or a sanitizer report is a finding). Text that
 // parses also runs through the reasoning / tool-call output parser, split at
@@ -16,10 +17,12 @@
 #include "chat/output_parser.h"
 #include "grammar/grammar.h"
 #include "server/anthropic_protocol.h"
+#include "server/embeddings_protocol.h"
 #include "server/http/request_parser.h"
 #include "server/openai_protocol.h"
 #include "server/output_constraint.h"
 #include "server/request_fields.h"
+#include "server/request_schema.h"
 #include "server/responses_protocol.h"
 #include "util/error.h"
 
@@ -45,8 +48,15 @@ void parse_request(const std::string& body) {
   try {
     nlohmann::ordered_json json = parse_body(body);
     static ResponseStore store(1 << 20, std::chrono::seconds(3600));
-    for (int api = 0; api < 4; ++api) {
+    for (int api = 0; api < 5; ++api) {
       try {
+        if (api == 4) {  // /v1/embeddings: the field table, the inputs, a response of their sizes
+          check_fields(json, Route::kEmbeddings);
+          const EmbeddingsParams e = parse_embeddings_request(json, 4096);
+          if (e.count() == 0 || e.count() > kMaxEmbeddingInputs) __builtin_trap();
+          embeddings_response("m", std::vector<std::vector<float>>(e.count(), std::vector<float>(3, 0.5f)), e.base64, 1);
+          continue;
+        }
         if (api == 3) {  // /v1/responses: its parser (with a store to look up), its writer
           ResponsesRequest r = parse_responses_request(json, ctx, store);
           auto writer = make_responses_writer({"resp_x", 0, "m"}, std::move(r), nullptr);

@@ -13,6 +13,7 @@ mkdir -p "$out/corpus"
 sources=(src/server/request_fields.cpp src/server/json_reader.cpp src/server/openai_protocol.cpp
          src/server/anthropic_protocol.cpp src/server/request_schema.cpp src/server/responses_protocol.cpp
          src/server/response_store.cpp src/server/http/request_parser.cpp src/server/http/message.cpp
+         src/server/embeddings_protocol.cpp
          src/server/output_constraint.cpp src/grammar/gbnf_text.cpp src/grammar/json_schema_gbnf.cpp
          src/grammar/regex_gbnf.cpp src/grammar/gbnf_parser.cpp src/grammar/grammar_builder.cpp
          src/tokenizer/unicode.cpp src/chat/output_parser.cpp tests/fuzz/request_fuzz.cpp)
