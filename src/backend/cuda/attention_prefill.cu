@@ -1,7 +1,8 @@
 // Prompt attention (many queries of one sequence) on the tensor cores, tiled as
-// FlashAttention-2 (Dao 2023): a block takes 64 consecutive queries of one head
-// (16 per warp) and walks the keys in tiles of 64, double-buffered in shared
-// memory by asynchronous copies through the block table; S = Q·Kᵀ and O = P·V
+// FlashAttention-2 (Dao 2023): a block takes 64 or 128 consecutive queries of one
+// head (one or two 16-row blocks per warp) and walks the keys in tiles of 64,
+// double-buffered in shared memory by asynchronous copies through the block
+// table; S = Q·Kᵀ and O = P·V
 // are m16n8k16 f16 MMAs with f32 accumulators, the online softmax stays in f32
 // registers. Q and P enter the MMAs as f16 (11 significant bits, the keys'
 // and values' own precision in the cache). Causal by position (read from
@@ -12,7 +13,8 @@
 // the same order whatever chunk it arrives in; a tile holding none of a row's
 // visible keys leaves that row's state unchanged bit for bit (max unchanged,
 // correction exactly 1, zero weights), and a warp skips tiles none of its rows
-// sees.
+// sees. Fast paths with the same bits: a tile all of a warp's rows see is not
+// masked, and O is not rescaled while every row's max stays put.
 #include <algorithm>
 #include <climits>
 
