@@ -23,9 +23,12 @@ CudaBackend::CudaBackend(int ordinal, bool batch_invariant) : device_(ordinal), 
   // rows, a full chunk, it made 512-token prefill 11 % slower). Invariant decode rows: a
   // plan for 32 rows, split-K allowed (H200, 8b decode / B = 64 tok/s, plans for 8, 16,
   // 32, 64, 128 rows: 192.1 / 3,607, 191.5 / 6,536, 191.5 / 9,591, 178.1 / 9,571, 140.5 /
-  // 8,748; 64-token contexts).
+  // 8,748; 64-token contexts). Row buckets 8 / 64 / 256: where cuBLASLt's choice for
+  // that many rows gives the 32-row plan's bits it serves them (8b B = 256 decode
+  // 7,767 → 9,602 tok/s, the MLP's up projections' own 256-row plan matching; H200,
+  // 2026-12-04).
   prompt_gemm_ = std::make_unique<cuda::FixedGemm>(stream_, 512, true);
-  decode_gemm_ = std::make_unique<cuda::FixedGemm>(stream_, 32, false);
+  decode_gemm_ = std::make_unique<cuda::FixedGemm>(stream_, 32, false, std::vector<int64_t>{8, 32, 64, 256});
   check(cublasCreate(&cublas_), "cublasCreate");
   check(cublasSetStream(cublas_, stream_), "cublasSetStream");
   // A fixed cuBLAS workspace, so GEMMs may be recorded in a graph.

@@ -6,6 +6,14 @@
 // each output the same way for any number of rows, so a row gets the same bits
 // alone or batched. The CUDA backend keeps one for prompt rows and one for
 // decode rows under --batch-invariant.
+//
+// Row buckets: a configuration chosen for another row count (a larger tile for a
+// large batch) may sum every output in the very same order as the reference
+// configuration (no k split, the same instruction, k walked the same way). When
+// a shape is first run, each bucket's candidates are run beside the reference
+// on the shape's own weights and random rows, and the first whose outputs are
+// the same bits serves that bucket's row counts; a bucket where none is serves
+// with the reference. A row's bits stay the same in any batch either way.
 #pragma once
 
 #include <cublasLt.h>
@@ -13,15 +21,19 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
+#include <vector>
 
 namespace kettle::cuda {
 
 class FixedGemm {
  public:
-  // plan_rows: the row count each shape's configuration is chosen for; unsplit_first:
-  // prefer a configuration that does not split k.
-  FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first);
+  // plan_rows: the row count each shape's reference configuration is chosen for;
+  // unsplit_first: prefer a configuration that does not split k; bucket_rows: row
+  // counts (ascending) whose own configurations may serve n up to each of them (the
+  // last: any n above), if they give the reference's bits.
+  FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first, std::vector<int64_t> bucket_rows = {});
   ~FixedGemm();
   FixedGemm(const FixedGemm&) = delete;
   FixedGemm& operator=(const FixedGemm&) = delete;
@@ -31,16 +43,24 @@ class FixedGemm {
            bool accumulate);
 
  private:
-  // The configuration of one weight shape (m, k).
+  // The configurations of one weight shape (m, k).
   struct Plan {
-    cublasLtMatmulAlgo_t algo{};
+    cublasLtMatmulAlgo_t algo{};                                  // the reference
+    std::vector<std::optional<cublasLtMatmulAlgo_t>> bucket_algo;  // per bucket: its own, if it matched
+    bool probed = false;                                           // buckets decided (not while recording)
   };
-  const Plan& plan(int64_t m, int64_t k, int64_t ldo, uint32_t alignment);
+  Plan& plan(int64_t m, int64_t k, int64_t ldo, uint32_t alignment);
   bool applicable(const cublasLtMatmulAlgo_t& algo, int64_t m, int64_t n, int64_t k, int64_t ldo);
+  std::vector<cublasLtMatmulAlgo_t> candidates(int64_t m, int64_t rows, int64_t k, int64_t ldo, uint32_t alignment);
+  void probe_buckets(Plan& plan, const uint16_t* w, int64_t m, int64_t k, int64_t ldo, uint32_t alignment);
+  const cublasLtMatmulAlgo_t& algo_for(const Plan& plan, int64_t n) const;
+  void matmul(const cublasLtMatmulAlgo_t& algo, const uint16_t* x, int64_t n, int64_t k, const uint16_t* w, int64_t m,
+              float* out, int64_t ldo, bool accumulate);
 
   cudaStream_t stream_;
   int64_t plan_rows_;
   bool unsplit_first_;
+  std::vector<int64_t> bucket_rows_;
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;  // Wᵀ · x, f32 compute
   void* workspace_ = nullptr;

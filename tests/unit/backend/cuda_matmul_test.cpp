@@ -40,7 +40,8 @@ TEST_F(CudaOpsTest, MatmulDecodeAndPromptRowsWithBias) {
 // and a prompt row's are the same bits alone, in a batch of any size, and beside rows of
 // the other kind.
 // Both activation rules; k = 4096, 512, 2056, and 70 (not a multiple of 8: rows only
-// 2-byte aligned, a plan of its own). Each row alone is also checked against the CPU.
+// 2-byte aligned, a plan of its own); batches across the decode plan's row buckets
+// (FixedGemm: 8, 32, 64, 256). Each row alone is also checked against the CPU.
 TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
   use_invariant(true);
   struct Shape {
@@ -49,7 +50,7 @@ TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
   for (bool exact : {false, true}) {
     ctx_.exact_activations = exact;
     for (Shape s : {Shape{300, 4096}, Shape{100, 512}, Shape{64, 2056}, Shape{40, 70}}) {
-      const int64_t n = 70;
+      const int64_t n = 260;
       Bf16Weight w({s.m, s.k}, rng_);
       Tensor gw = gpu_->resident(w.tensor);
       auto x = random_vec(static_cast<size_t>(n * s.k), rng_, 3.0f);
@@ -75,7 +76,7 @@ TEST_F(CudaOpsTest, MatmulRowsAreTheSameBitsAloneAndInAnyBatch) {
       const double tol = exact ? 1e-4 : 1e-2;
       EXPECT_LE(rel_err(decode_all, ref), tol) << what;
       EXPECT_LE(rel_err(prompt_all, ref), tol) << what;
-      for (int64_t rows : {2, 8, 16, 17, 40, 64, 70}) {
+      for (int64_t rows : {2, 8, 9, 16, 17, 32, 33, 40, 64, 65, 70, 130, 256, 260}) {
         for (int64_t d : {rows, int64_t{0}, rows / 2}) {
           std::vector<std::vector<float>> expected;
           for (int64_t t = 0; t < rows; ++t) expected.push_back(t < d ? decode_alone[t] : prompt_alone[t]);
@@ -232,6 +233,55 @@ TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
     }
   }
   ctx_.exact_activations = false;
+  as_rows(Rows::kPrompt, 0);
+}
+
+}  // namespace
+}  // namespace kettle::cuda_test
+
+namespace kettle::cuda_test {
+namespace {
+
+// Decode matmul speed at llama-3.1-8b's shapes (prints; asserts nothing): invariant decode
+// rows (the fixed decode plan) against the fast path (the GEMV for one row, cuBLAS's
+// choice for more), as GB/s of weights streamed; 20 back-to-back launches each.
+TEST_F(CudaOpsTest, TimingDecodeMatmuls) {
+  const auto time_us = [&](int reps, const std::function<void()>& op) {
+    int32_t sink = 0;
+    BackendArray<int32_t> one(*gpu_, 1);
+    op();
+    gpu_->to_host(&sink, one.data(), sizeof sink);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) op();
+    gpu_->to_host(&sink, one.data(), sizeof sink);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  struct Shape {
+    int64_t m, k;
+  };
+  for (Shape s : {Shape{4096, 4096}, Shape{14336, 4096}, Shape{4096, 14336}}) {
+    std::vector<uint16_t> bits(static_cast<size_t>(s.m * s.k));
+    uint32_t state = 12345;
+    for (auto& b : bits) {  // small random values, cheaper to make than random_vec's normals
+      state = state * 1664525u + 1013904223u;
+      b = f32_to_bf16(static_cast<float>(static_cast<int>(state >> 24) - 128) / 512.0f);
+    }
+    Tensor w{bits.data(), DType::kBF16, {s.m, s.k}};
+    Tensor gw = gpu_->resident(w);
+    for (int64_t n : {1, 8, 32, 64, 256}) {
+      auto dx = up(random_vec(static_cast<size_t>(n * s.k), rng_));
+      auto dout = up(std::vector<float>(static_cast<size_t>(n * s.m), 0.0f));
+      double us[2];
+      for (bool invariant : {true, false}) {
+        as_rows(invariant ? Rows::kInvariantDecode : Rows::kDecode, n);
+        us[invariant] = time_us(20, [&] { matmul(*gpu_, dx.data(), n, s.k, gw, nullptr, dout.data(), s.m); });
+      }
+      const double gb = static_cast<double>(s.m * s.k * 2) / 1e3;
+      std::printf("decode matmul %5lld x %5lld n %3lld: invariant %8.1f us (%6.0f GB/s), fast %8.1f us (%6.0f GB/s)\n",
+                  static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(n), us[1],
+                  gb / us[1], us[0], gb / us[0]);
+    }
+  }
   as_rows(Rows::kPrompt, 0);
 }
 
