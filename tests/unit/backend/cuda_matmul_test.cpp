@@ -246,16 +246,6 @@ namespace {
 // rows (the fixed decode plan) against the fast path (the GEMV for one row, cuBLAS's
 // choice for more), as GB/s of weights streamed; 20 back-to-back launches each.
 TEST_F(CudaOpsTest, TimingDecodeMatmuls) {
-  const auto time_us = [&](int reps, const std::function<void()>& op) {
-    int32_t sink = 0;
-    BackendArray<int32_t> one(*gpu_, 1);
-    op();
-    gpu_->to_host(&sink, one.data(), sizeof sink);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) op();
-    gpu_->to_host(&sink, one.data(), sizeof sink);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
-  };
   struct Shape {
     int64_t m, k;
   };

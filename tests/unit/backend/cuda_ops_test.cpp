@@ -435,16 +435,6 @@ TEST_F(CudaOpsTest, GreedyDrawsWhileTheRowCountChanges) {
 
 // Not a check: the decode-time costs the step pays, printed for the log.
 TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
-  const auto time_us = [&](int reps, const std::function<void()>& op) {
-    int32_t sink = 0;
-    BackendArray<int32_t> one(*gpu_, 1);
-    op();
-    gpu_->to_host(&sink, one.data(), sizeof sink);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) op();
-    gpu_->to_host(&sink, one.data(), sizeof sink);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
-  };
   {
     const int64_t rows = 64, vocab = 128256;
     auto logits = random_vec(static_cast<size_t>(rows * vocab), rng_, 3.0f);

@@ -108,6 +108,19 @@ class CudaOpsTest : public ::testing::Test {
   // fastest ones (a construction-time choice; each buffer stays with its backend).
   void use_invariant(bool on) { gpu_ = on ? gpu_invariant_.get() : gpu_fast_.get(); }
 
+  // Microseconds per run of op on the current GPU backend: one warm-up run, then reps
+  // runs back to back, timed to a device-to-host copy that waits for them.
+  double time_us(int reps, const std::function<void()>& op) {
+    int32_t sink = 0;
+    BackendArray<int32_t> one(*gpu_, 1);
+    op();
+    gpu_->to_host(&sink, one.data(), sizeof sink);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) op();
+    gpu_->to_host(&sink, one.data(), sizeof sink);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+  }
+
   // The projections through Backend::project / project_gated under the test's step
   // context (ctx_: decode rows, exact activations).
   void project(Backend& b, const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const MatmulTarget* t,
