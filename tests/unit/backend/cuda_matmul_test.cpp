@@ -236,12 +236,6 @@ TEST_F(CudaOpsTest, NormFusedProjectionsAndResidualAdd) {
   as_rows(Rows::kPrompt, 0);
 }
 
-}  // namespace
-}  // namespace kettle::cuda_test
-
-namespace kettle::cuda_test {
-namespace {
-
 // Decode matmul speed at llama-3.1-8b's shapes (prints; asserts nothing): invariant decode
 // rows (the fixed decode plan) against the fast path (the GEMV for one row, cuBLAS's
 // choice for more), as GB/s of weights streamed; 20 back-to-back launches each.
