@@ -161,6 +161,9 @@ class Backend {
   // adapter the backend cannot run is refused (kettle::Error, kUnsupported).
   virtual void project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* outs,
                        int count, bool accumulate = false) = 0;
+  // Whether project, project_gated and embed run weights of this scheme (backend/linear.h).
+  // The model runner gives a backend only what it runs (it dequantizes the rest).
+  virtual bool runs(WeightScheme scheme) const { return scheme == WeightScheme::kDense; }
 
   // The MLP's first half fused: out[n, inter] (stride ldo) = act(x·gateᵀ + b) * (x·upᵀ + b),
   // x normalised first with `norm` as in project. gate.out and up.out are scratch
@@ -168,8 +171,8 @@ class Backend {
   virtual void project_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
                              const Projection& up, Activation act, float* out, int64_t ldo) = 0;
 
-  // out[n, dim] = table[ids[i], :] * scale
-  virtual void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) = 0;
+  // out[n, dim] = table[ids[i], :] * scale (table: [vocab, dim], dense or of a scheme the backend runs)
+  virtual void embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) = 0;
 
   // Per row of x [rows, dim] (stride ld): out = x / sqrt(mean(x²) + eps) * (add_one ? 1 + w : w).
   // out may alias x.

@@ -93,7 +93,7 @@ int run_fit(const FitFlags& f) {
 
   nlohmann::json out{{"model", source}, {"ranks", f.tensor_parallel}, {"ctx", ctx}, {"batch", f.batch}};
   const MemoryFlags flags = memory_flags(f);
-  if (f.skus) {  // GPUs: bf16 weights and an f16 KV cache, as the CUDA backend keeps them
+  if (f.skus) {  // GPUs: bf16 weights (quantized ones widened) and an f16 KV cache, as the CUDA backend keeps them
     for (const Sku& sku : kSkus) {
       const MemoryDecision d = decide_memory(spec, true, 2, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
       out["weight_bytes_per_rank"] = d.plan.weight_bytes;
@@ -106,7 +106,7 @@ int run_fit(const FitFlags& f) {
   } else {
     auto backend = make_backend(f.device.device, 1);
     // Synthetic weights are bf16 on every device.
-    const size_t weight_bytes = f.synthetic.empty() ? weight_value_bytes(spec, *backend) : 2;
+    const WeightStorage weight_bytes = f.synthetic.empty() ? weight_storage(spec, *backend) : WeightStorage(2);
     const MemoryDecision d = decide_memory(spec, !backend->host_memory(), weight_bytes, backend->kv_dtype(),
                                            measured_memory_bytes(*backend, f.tensor_parallel), flags);
     out.update(verdict(d, ctx, f.batch, limit));

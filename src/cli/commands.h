@@ -18,5 +18,6 @@ Action register_perplexity(CLI::App& app);  // cmd_perplexity.cpp
 Action register_serve(CLI::App& app);       // cmd_serve.cpp
 Action register_fit(CLI::App& app);         // cmd_fit.cpp
 Action register_embed(CLI::App& app);       // cmd_embed.cpp
+Action register_convert(CLI::App& app);     // cmd_convert.cpp
 
 }  // namespace kettle::cli

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   add("perplexity", "perplexity of a model over a text file (sliding window)", kettle::cli::register_perplexity);
   add("embed", "embeddings of texts with an embedding model (JSON Lines)", kettle::cli::register_embed);
   add("serve", "OpenAI-compatible HTTP server (the default command)", kettle::cli::register_serve);
+  add("convert", "quantize a checkpoint into MLX's affine layout (-q)", kettle::cli::register_convert);
   add("fit", "will a model fit? weights, KV cache and working memory per device, longest context", kettle::cli::register_fit);
   CLI::App* serve = app.get_subcommand("serve");
 

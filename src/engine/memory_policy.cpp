@@ -7,8 +7,8 @@
 
 namespace kettle {
 
-size_t weight_value_bytes(const ModelSpec& spec, const Backend& backend) {
-  return backend.host_memory() ? dtype_size(spec.rope_freq_dtype) : 2;
+WeightStorage weight_storage(const ModelSpec& spec, const Backend& backend) {
+  return {backend.host_memory() ? dtype_size(spec.rope_freq_dtype) : 2, backend.runs(WeightScheme::kAffine)};
 }
 
 size_t measured_memory_bytes(Backend& backend, int ranks) {
@@ -17,14 +17,14 @@ size_t measured_memory_bytes(Backend& backend, int ranks) {
 }
 
 MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const MemoryFlags& flags) {
-  return decide_memory(spec, !backend.host_memory(), weight_value_bytes(spec, backend), backend.kv_dtype(),
+  return decide_memory(spec, !backend.host_memory(), weight_storage(spec, backend), backend.kv_dtype(),
                        measured_memory_bytes(backend, flags.ranks), flags);
 }
 
-MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, size_t weight_value_bytes, DType kv_element,
+MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightStorage weights, DType kv_element,
                              size_t device_bytes, const MemoryFlags& flags) {
   MemoryDecision d;
-  d.plan = plan_memory(spec, flags.ranks, weight_value_bytes, dtype_size(kv_element), flags.prefill_chunk);
+  d.plan = plan_memory(spec, flags.ranks, weights, dtype_size(kv_element), flags.prefill_chunk);
   d.reserve_kv = device_memory;
   d.device_bytes = flags.memory_budget_gb ? static_cast<size_t>(*flags.memory_budget_gb * 1e9) : device_bytes;
   const size_t fixed = d.plan.weight_bytes + d.plan.working_bytes;

@@ -39,7 +39,7 @@ struct MemoryDecision {
 
 // Bytes a rank of `backend`'s kind holds per weight element: bf16 on a GPU, the
 // checkpoint's own type in host memory (mapped as stored).
-size_t weight_value_bytes(const ModelSpec& spec, const Backend& backend);
+WeightStorage weight_storage(const ModelSpec& spec, const Backend& backend);
 
 // What a rank of `backend`'s kind has now: a GPU's free memory, or the host's available
 // RAM split over `ranks` (they share it).
@@ -51,7 +51,7 @@ size_t measured_memory_bytes(Backend& backend, int ranks);
 MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const MemoryFlags& flags);
 
 // As decide_memory, with the device's memory given (fit's --skus table, tests).
-MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, size_t weight_value_bytes, DType kv_element,
+MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightStorage weights, DType kv_element,
                              size_t device_bytes, const MemoryFlags& flags);
 
 }  // namespace kettle

@@ -194,6 +194,7 @@ ModelSpec parse_model_config(const json& c, const std::string& path) {
     if (dtype == "float16") spec.rope_freq_dtype = DType::kF16;
   }
   parse_moe(c, arch, spec, path);
+  spec.quant = parse_quant_config(c, path);
   return spec;
 }
 

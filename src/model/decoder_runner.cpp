@@ -9,33 +9,82 @@
 #include "model/decoder_runner.h"
 
 #include <algorithm>
+#include <map>
+#include <vector>
 
+#include "tensor/affine_quant.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace kettle {
 namespace {
 
 Tensor resident(Backend& backend, const Tensor& t) { return t.empty() ? t : backend.resident(t); }
 
-Linear resident(Backend& backend, const Linear& l) {
-  return Linear{resident(backend, l.weight), resident(backend, l.bias), l.scheme, l.adapter};
+// An affine weight as a dense bf16 one, for a backend without kernels for the scheme: the
+// same values the CPU's kernels compute with (s · q + b), rounded to bf16 (exact for
+// bits ≤ 8 when scale and bias are bf16).
+std::vector<uint16_t> dequantize_bf16(const Linear& l) {
+  const int64_t rows = l.out_features(), cols = l.in_features();
+  std::vector<uint16_t> dense(static_cast<size_t>(rows * cols));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    affine_dequantize(affine_row(l.weight, l.affine.scales, l.affine.biases, r), l.affine.bits, l.affine.group_size, 0,
+                      cols, row.data());
+    for (int64_t c = 0; c < cols; ++c) dense[static_cast<size_t>(r * cols + c)] = f32_to_bf16(row[static_cast<size_t>(c)]);
+  }
+  return dense;
 }
+
+// The checkpoint's Linears as the backend reads them. A scheme the backend does not run is
+// dequantized to bf16 first (host memory held only until the backend has its copy; one
+// copy per codes tensor, so a tied embedding and LM head stay one).
+class ResidentLinears {
+ public:
+  explicit ResidentLinears(Backend& backend) : backend_(backend) {}
+
+  Linear operator()(const Linear& l) {
+    if (l.empty() || l.scheme == WeightScheme::kDense || backend_.runs(l.scheme)) {
+      Linear r = l;
+      r.weight = resident(backend_, l.weight);
+      r.bias = resident(backend_, l.bias);
+      r.affine.scales = resident(backend_, l.affine.scales);
+      r.affine.biases = resident(backend_, l.affine.biases);
+      return r;
+    }
+    auto it = dequantized_.find(l.weight.data);
+    if (it == dequantized_.end()) {
+      if (dequantized_.empty())
+        log::info("{} has no kernels for {} weights yet: dequantizing them to bf16 as they load", backend_.name(),
+                  scheme_name(l));
+      const std::vector<uint16_t> dense = dequantize_bf16(l);
+      Tensor weight = backend_.resident(Tensor{dense.data(), DType::kBF16, {l.out_features(), l.in_features()}});
+      it = dequantized_.emplace(l.weight.data, weight).first;
+    }
+    Linear r;
+    r.weight = it->second;
+    r.bias = resident(backend_, l.bias);
+    r.adapter = l.adapter;
+    return r;
+  }
+
+ private:
+  Backend& backend_;
+  std::map<const void*, Tensor> dequantized_;  // codes → the resident dense copy
+};
 
 // A fused [gate | up] projection as the two halves the gated op takes.
 std::pair<Linear, Linear> split_gate_up(const Linear& both, int64_t inter) {
-  const auto half = [&](int64_t first) {
-    return Linear{both.weight.rows(first, inter), both.bias.empty() ? Tensor{} : both.bias.rows(first, inter),
-                  both.scheme, both.adapter};
-  };
-  return {half(0), half(inter)};
+  return {both.rows(0, inter), both.rows(inter, inter)};
 }
 
 // The checkpoint's tensors as the backend reads them; fused gate_up becomes gate and up views.
 ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const ModelWeights& w) {
   ModelWeights out;
-  out.embed = resident(backend, w.embed);
+  ResidentLinears linear(backend);
+  out.embed = linear(w.embed);
   out.final_norm = resident(backend, w.final_norm);
-  out.lm_head = resident(backend, w.lm_head);
+  out.lm_head = linear(w.lm_head);
   for (const LayerWeights& l : w.layers) {
     LayerWeights r;
     for (auto [dst, src] : {std::pair{&r.attn_norm, &l.attn_norm}, {&r.q_norm, &l.q_norm}, {&r.k_norm, &l.k_norm},
@@ -44,8 +93,8 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
       *dst = resident(backend, *src);
     for (auto [dst, src] : {std::pair{&r.q, &l.q}, {&r.k, &l.k}, {&r.v, &l.v}, {&r.qkv, &l.qkv}, {&r.o, &l.o},
                             {&r.gate, &l.gate}, {&r.up, &l.up}, {&r.down, &l.down}})
-      *dst = resident(backend, *src);
-    if (!l.gate_up.empty()) std::tie(r.gate, r.up) = split_gate_up(resident(backend, l.gate_up), spec.intermediate_size);
+      *dst = linear(*src);
+    if (!l.gate_up.empty()) std::tie(r.gate, r.up) = split_gate_up(linear(l.gate_up), spec.intermediate_size);
     for (const ExpertWeights& e : l.experts)
       r.experts.push_back({resident(backend, e.gate), resident(backend, e.up), resident(backend, e.down)});
     out.layers.push_back(std::move(r));

@@ -1,6 +1,7 @@
 #include "model/memory_plan.h"
 
 #include <algorithm>
+#include <string>
 
 #include "model/tensor_parallel.h"
 
@@ -29,25 +30,54 @@ int64_t MemoryPlan::longest_context(size_t kv_budget, int64_t sequences) const {
   return lo;
 }
 
-MemoryPlan plan_memory(const ModelSpec& s, int ranks, size_t weight_value_bytes, size_t kv_value_bytes,
+namespace {
+
+// Bytes of `elements` of the matrix at module `path` as the backend keeps it.
+class MatrixBytes {
+ public:
+  MatrixBytes(const ModelSpec& s, WeightStorage storage) : spec_(s), storage_(storage) {}
+  size_t operator()(const std::string& path, size_t elements) const {
+    const QuantParams q = spec_.quant.for_module(path);
+    if (!q.quantized || !storage_.keeps_quantized) return elements * storage_.value_bytes;
+    // Codes, then a scale and a bias per group in the checkpoint's float type.
+    const size_t groups = elements / static_cast<size_t>(q.group_size);
+    return elements * static_cast<size_t>(q.bits) / 8 + groups * 2 * dtype_size(spec_.rope_freq_dtype);
+  }
+
+ private:
+  const ModelSpec& spec_;
+  WeightStorage storage_;
+};
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, size_t kv_value_bytes,
                        int64_t prefill_chunk) {
   check_splittable(s, ranks);
   MemoryPlan plan;
   plan.ranks = ranks;
+  const MatrixBytes matrix(s, weights);
+  const size_t value = weights.value_bytes;
   const auto h = static_cast<size_t>(s.hidden_size), n = static_cast<size_t>(ranks);
   const size_t q = static_cast<size_t>(s.q_size()) / n, kv = static_cast<size_t>(s.kv_size()) / n;
-  size_t split = 0, replicated = 0;  // elements per rank
+  size_t split = 0, replicated = 0;  // bytes per rank
   int64_t moe_inter = 0;
-  for (const LayerSpec& l : s.layers) {
-    split += (2 * q + 2 * kv) * h;  // q, k, v (rows) and o (columns)
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerSpec& l = s.layers[i];
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    // q, k, v (rows) and o (columns)
+    split += matrix(layer + "self_attn.q_proj", q * h) + matrix(layer + "self_attn.k_proj", kv * h) +
+             matrix(layer + "self_attn.v_proj", kv * h) + matrix(layer + "self_attn.o_proj", q * h);
     if (l.moe) {
       moe_inter = std::max(moe_inter, s.expert_intermediate_size);
-      split += static_cast<size_t>(s.n_experts) * 3 * static_cast<size_t>(s.expert_intermediate_size) * h;
-      replicated += static_cast<size_t>(s.n_experts) * h;  // the router
+      split += static_cast<size_t>(s.n_experts) * 3 * static_cast<size_t>(s.expert_intermediate_size) * h * value;
+      replicated += static_cast<size_t>(s.n_experts) * h * value;  // the router
     } else {
-      split += 3 * static_cast<size_t>(s.intermediate_size) / n * h;  // gate, up (rows) and down (columns)
+      const size_t inter = static_cast<size_t>(s.intermediate_size) / n * h;  // gate, up (rows) and down (columns)
+      split += matrix(layer + "mlp.gate_proj", inter) + matrix(layer + "mlp.up_proj", inter) +
+               matrix(layer + "mlp.down_proj", inter);
     }
-    replicated += (s.sandwich_norms ? 4 : 2) * h;  // norms (per-head q/k norms, a few hundred values, not counted)
+    replicated += (s.sandwich_norms ? 4 : 2) * h * value;  // norms (per-head q/k norms, a few hundred values, not counted)
     const size_t layer_kv = 2 * kv * kv_value_bytes;
     if (l.sliding_window > 0) {
       plan.window_kv_bytes_per_token += layer_kv;
@@ -57,12 +87,14 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, size_t weight_value_bytes,
     }
   }
   const size_t vocab = static_cast<size_t>(s.vocab_size);
-  const size_t embed = vocab * h, head = (vocab + n - 1) / n * h;
-  replicated += h;  // the final norm
+  const size_t embed = matrix("model.embed_tokens", vocab * h);
+  const size_t head = s.tie_word_embeddings ? matrix("model.embed_tokens", (vocab + n - 1) / n * h)
+                                            : matrix("lm_head", (vocab + n - 1) / n * h);
+  replicated += h * value;  // the final norm
   // The LM head: its own rows per rank; tied to the embedding on one rank it is the same memory.
-  const size_t head_elements = s.tie_word_embeddings && ranks == 1 ? 0 : head;
-  plan.weight_bytes = (split + replicated + embed + head_elements) * weight_value_bytes;
-  plan.streamed_bytes = (split + replicated + head) * weight_value_bytes;
+  const size_t head_bytes = s.tie_word_embeddings && ranks == 1 ? 0 : head;
+  plan.weight_bytes = split + replicated + embed + head_bytes;
+  plan.streamed_bytes = split + replicated + head;
   // A prefill step of `prefill_chunk` tokens: the residual stream and its copies, q/k/v,
   // attention output and the MLP's gate|up in f32, and its last rows' logits.
   const size_t inter = static_cast<size_t>(std::max(s.intermediate_size, moe_inter)) / n;

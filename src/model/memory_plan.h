@@ -5,7 +5,9 @@
 // the same split rules as model/tensor_parallel.h: attention and MLP matrices
 // and the LM head divided over the ranks, norms and the embedding table on
 // every rank. Biases and per-head q/k norm vectors are left out (well under
-// 0.1 % of any real model).
+// 0.1 % of any real model). A quantized checkpoint's matrices count at their
+// packed size (config.json's bits and group sizes, per module) where the backend
+// keeps them packed.
 #pragma once
 
 #include <cstddef>
@@ -39,9 +41,18 @@ struct MemoryPlan {
   int64_t longest_context(size_t kv_budget, int64_t sequences = 1) const;
 };
 
-// weight_value_bytes: 2 for bf16/f16 weights (what a GPU keeps), 4 for f32 on the CPU;
+// How a backend keeps the weights: the bytes of a float matrix element (2 for bf16/f16,
+// what a GPU keeps; 4 for f32 on the CPU), and whether quantized matrices stay packed
+// (codes, scales and biases) or are widened to that float type.
+struct WeightStorage {
+  WeightStorage(size_t value_bytes, bool keeps_quantized = false)  // NOLINT: a plain width converts
+      : value_bytes(value_bytes), keeps_quantized(keeps_quantized) {}
+  size_t value_bytes;
+  bool keeps_quantized;
+};
+
 // kv_value_bytes: the bytes of the backend's KV element (dtype_size of Backend::kv_dtype).
-MemoryPlan plan_memory(const ModelSpec& spec, int ranks, size_t weight_value_bytes, size_t kv_value_bytes,
+MemoryPlan plan_memory(const ModelSpec& spec, int ranks, WeightStorage weights, size_t kv_value_bytes,
                        int64_t prefill_chunk = 2048);
 
 }  // namespace kettle

@@ -38,10 +38,15 @@ size_t Model::weight_bytes_read(bool routed_share) const {
   auto count = [&](const Tensor& t) {
     if (!t.empty() && seen.insert(t.data).second) total += t.nbytes();
   };
-  count(weights.lm_head.weight);
+  auto count_linear = [&](const Linear& l) {
+    count(l.weight);
+    count(l.affine.scales);
+    count(l.affine.biases);
+  };
+  count_linear(weights.lm_head);
   count(weights.final_norm);
   for (const auto& l : weights.layers) {
-    for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count(p->weight);
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count_linear(*p);
     for (const Tensor* t : {&l.attn_norm, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm,
                             &l.router})
       count(*t);

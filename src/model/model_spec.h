@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/quant_config.h"
 
 namespace kettle {
 
@@ -74,6 +75,7 @@ struct ModelSpec {
   // rotary embedding is rounded to that dtype (bf16 for most checkpoints) before use.
   DType rope_freq_dtype = DType::kF32;
   std::vector<LayerSpec> layers;
+  QuantConfig quant;  // a quantized checkpoint's bits and group sizes (none: not present())
 
   // The width of a step's output rows: the vocabulary (logits) or the hidden size.
   int64_t output_width() const { return hidden_output ? hidden_size : vocab_size; }

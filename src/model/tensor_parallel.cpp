@@ -68,6 +68,8 @@ void check_splittable(const ModelSpec& s, int ranks) {
   if (ranks > 1)
     for (const LayerSpec& l : s.layers)
       if (l.moe) fail(ErrorCategory::kUnsupported, "--tensor-parallel {}: mixture-of-experts layers do not split yet", ranks);
+  if (ranks > 1 && s.quant.present())
+    fail(ErrorCategory::kUnsupported, "--tensor-parallel {}: quantized checkpoints do not split yet", ranks);
 }
 
 ModelShard shard_model(const Model& model, int rank, int ranks) {

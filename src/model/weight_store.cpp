@@ -65,13 +65,37 @@ WeightStore WeightStore::open_folder(const std::string& folder) {
   return store;
 }
 
+namespace {
+
+Tensor find_or_fail(const std::map<std::string, std::pair<Tensor, std::string>>& index,
+                    const std::map<std::string, std::string>& bad_dtype, const std::string& folder,
+                    const std::string& name) {
+  auto it = index.find(name);
+  if (it != index.end()) return it->second.first;
+  auto bad = bad_dtype.find(name);
+  if (bad != bad_dtype.end())
+    fail(ErrorCategory::kUnsupported, "{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", folder, name,
+         bad->second);
+  fail(ErrorCategory::kInvalidData, "{}: missing tensor '{}'", folder, name);
+}
+
+void check_shape(const Tensor& t, const std::string& folder, const std::string& name,
+                 const std::vector<int64_t>& shape) {
+  if (t.shape != shape)
+    fail(ErrorCategory::kInvalidData, "{}: tensor '{}' has shape {}, expected {} from config.json", folder, name,
+         shape_string(t.shape), shape_string(shape));
+}
+
+}  // namespace
+
 Tensor WeightStore::get(const std::string& name) const {
-  auto it = index_.find(name);
-  if (it != index_.end()) return it->second.first;
-  auto bad = bad_dtype_.find(name);
-  if (bad != bad_dtype_.end())
-    fail(ErrorCategory::kUnsupported, "{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", folder_, name, bad->second);
-  fail(ErrorCategory::kInvalidData, "{}: missing tensor '{}'", folder_, name);
+  Tensor t = find_or_fail(index_, bad_dtype_, folder_, name);
+  if (!dtype_is_float(t.dtype))
+    fail(ErrorCategory::kUnsupported,
+         "{}: tensor '{}' holds packed {} codes, but the checkpoint has no scales for it (expected beside it as "
+         "'.scales' and '.biases', with 'quantization' in config.json)",
+         folder_, name, dtype_name(t.dtype));
+  return t;
 }
 
 Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& shape) const {
@@ -81,9 +105,18 @@ Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& sha
     add_owned(name, made, std::move(storage));
   }
   Tensor t = get(name);
-  if (t.shape != shape)
-    fail(ErrorCategory::kInvalidData, "{}: tensor '{}' has shape {}, expected {} from config.json", folder_, name,
-         shape_string(t.shape), shape_string(shape));
+  check_shape(t, folder_, name, shape);
+  return t;
+}
+
+Tensor WeightStore::get_any(const std::string& name) const { return find_or_fail(index_, bad_dtype_, folder_, name); }
+
+Tensor WeightStore::get_codes(const std::string& name, const std::vector<int64_t>& shape) const {
+  Tensor t = find_or_fail(index_, bad_dtype_, folder_, name);
+  if (t.dtype != DType::kU32)
+    fail(ErrorCategory::kInvalidData, "{}: tensor '{}' has dtype {} beside its scales; quantized codes are U32",
+         folder_, name, dtype_name(t.dtype));
+  check_shape(t, folder_, name, shape);
   return t;
 }
 

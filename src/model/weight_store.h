@@ -22,7 +22,13 @@ class WeightStore {
   Tensor get(const std::string& name) const;
   // Like get(), and checks the shape: an error names the tensor, the expected and the actual shape.
   Tensor get(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The tensor whatever its dtype (packed codes included); an error names it when absent.
+  Tensor get_any(const std::string& name) const;
+  // A quantized weight's packed codes (U32) of this shape; an error names the tensor otherwise.
+  Tensor get_codes(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<std::string> names() const;
+  // Tensors of a dtype kettle cannot use (name → safetensors dtype); get() refuses them.
+  const std::map<std::string, std::string>& unusable() const { return bad_dtype_; }
 
   // Tensors owned here (synthetic weights, converted copies).
   void add_owned(const std::string& name, Tensor tensor, std::shared_ptr<void> storage) const;

@@ -11,28 +11,67 @@
 namespace kettle {
 namespace {
 
+// The module at `path` ("model.layers.0.self_attn.q_proj", "lm_head") as a Linear [out, in]:
+// dense (path.weight), or affine when the checkpoint holds path.scales (as MLX decides),
+// its bits and group size from config.json and every part's shape checked against them.
+Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out,
+                   int64_t in) {
+  Linear l;
+  if (!store.contains(path + ".scales")) {
+    l.weight = store.get(path + ".weight", {out, in});
+    return l;
+  }
+  const QuantParams p = quant.for_module(path);
+  if (!quant.present())
+    fail(ErrorCategory::kInvalidData, "{}: tensor '{}.scales' is a quantized weight's, but config.json has no "
+         "'quantization' to say its bits and group size", store.folder(), path);
+  if (!p.quantized)
+    fail(ErrorCategory::kInvalidData, "{}: config.json leaves '{}' unquantized, but the checkpoint holds '{}.scales'",
+         store.folder(), path, path);
+  if (in % p.group_size != 0 || (in * p.bits) % 32 != 0)
+    fail(ErrorCategory::kInvalidData, "{}: '{}' has {} inputs, not a multiple of its group size {}", store.folder(),
+         path, in, p.group_size);
+  l.scheme = WeightScheme::kAffine;
+  l.affine.bits = p.bits;
+  l.affine.group_size = p.group_size;
+  l.weight = store.get_codes(path + ".weight", {out, in * p.bits / 32});
+  l.affine.scales = store.get(path + ".scales", {out, in / p.group_size});
+  l.affine.biases = store.get(path + ".biases", {out, in / p.group_size});
+  if (l.affine.biases.dtype != l.affine.scales.dtype)
+    fail(ErrorCategory::kInvalidData, "{}: '{}.biases' is {} but its scales are {}", store.folder(), path,
+         dtype_name(l.affine.biases.dtype), dtype_name(l.affine.scales.dtype));
+  return l;
+}
+
 class Binder {
  public:
-  Binder(const WeightStore& store, const std::string& model_prefix, int64_t layer)
-      : store_(store), prefix_(fmt::format("{}layers.{}.", model_prefix, layer)) {}
+  Binder(const WeightStore& store, const QuantConfig& quant, const std::string& model_prefix, int64_t layer)
+      : store_(store), quant_(quant), prefix_(fmt::format("{}layers.{}.", model_prefix, layer)) {}
 
   bool has(const std::string& suffix) const { return store_.contains(prefix_ + suffix); }
   Tensor need(const std::string& suffix, std::vector<int64_t> shape) const { return store_.get(prefix_ + suffix, shape); }
   Tensor maybe(const std::string& suffix, std::vector<int64_t> shape) const {
     return has(suffix) ? need(suffix, std::move(shape)) : Tensor{};
   }
-  // A projection `name` ("self_attn.q_proj"): name.weight [out, in] and name.bias [out],
-  // the bias required, optional (bound when the checkpoint has it) or refused.
+  // A projection `name` ("self_attn.q_proj"): name.weight [out, in] (or its quantized
+  // parts) and name.bias [out], the bias required or optional (bound when the checkpoint
+  // has it).
   enum class Bias { kRequired, kOptional };
   Linear linear(const std::string& name, int64_t out, int64_t in, Bias bias = Bias::kOptional) const {
-    Linear l;
-    l.weight = need(name + ".weight", {out, in});
+    Linear l = bind_linear(store_, quant_, prefix_ + name, out, in);
     l.bias = bias == Bias::kRequired ? need(name + ".bias", {out}) : maybe(name + ".bias", {out});
     return l;
+  }
+  // A tensor the generic forward reads as floats; a quantized one is refused by name.
+  void refuse_quantized(const std::string& module) const {
+    if (has(module + ".scales"))
+      fail(ErrorCategory::kUnsupported, "{}: '{}{}' is quantized; quantized mixture-of-experts weights (router and "
+           "experts) are not supported yet", store_.folder(), prefix_, module);
   }
 
  private:
   const WeightStore& store_;
+  const QuantConfig& quant_;
   std::string prefix_;
 };
 
@@ -75,6 +114,9 @@ void bind_dense_mlp(const ModelSpec& s, const Binder& b, LayerWeights& w) {
 void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
   const int64_t h = s.hidden_size, inter = s.expert_intermediate_size, n = s.n_experts;
   const std::string block = std::string(arch.moe_block) + ".";
+  for (const char* module : {"gate", "switch_mlp.gate_proj", "switch_mlp.up_proj", "switch_mlp.down_proj",
+                             "experts.0.gate_proj", "experts.0.w1"})
+    b.refuse_quantized(block + module);
   w.router = b.need(block + "gate.weight", {n, h});
   w.experts.resize(static_cast<size_t>(n));
   if (b.has(block + "experts.gate_up_proj")) {  // transformers 5 stacked layout
@@ -103,16 +145,16 @@ ModelWeights bind_weights(const ModelSpec& s, const WeightStore& store) {
   const std::string prefix =
       store.contains("embed_tokens.weight") && !store.contains("model.embed_tokens.weight") ? "" : "model.";
   ModelWeights w;
-  w.embed = store.get(prefix + "embed_tokens.weight", {s.vocab_size, s.hidden_size});
+  w.embed = bind_linear(store, s.quant, prefix + "embed_tokens", s.vocab_size, s.hidden_size);
   w.final_norm = store.get(prefix + "norm.weight", {s.hidden_size});
   // Tied: the embedding table itself; else lm_head.weight (its absence an error naming it).
   // An embedding model's output is its hidden states: any lm_head is not read.
   if (!s.hidden_output)
-    w.lm_head.weight = s.tie_word_embeddings ? w.embed : store.get("lm_head.weight", {s.vocab_size, s.hidden_size});
+    w.lm_head = s.tie_word_embeddings ? w.embed : bind_linear(store, s.quant, "lm_head", s.vocab_size, s.hidden_size);
 
   w.layers.resize(static_cast<size_t>(s.n_layers));
   for (int64_t i = 0; i < s.n_layers; ++i) {
-    Binder b(store, prefix, i);
+    Binder b(store, s.quant, prefix, i);
     LayerWeights& lw = w.layers[static_cast<size_t>(i)];
     lw.attn_norm = b.need("input_layernorm.weight", {s.hidden_size});
     bind_attention(s, arch, b, lw);

@@ -31,7 +31,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Tensor embed;       // [vocab, hidden]
+  Linear embed;       // [vocab, hidden] (a table: rows looked up, never multiplied)
   Tensor final_norm;  // [hidden]
   Linear lm_head;     // [vocab, hidden] (the embedding when tied)
   std::vector<LayerWeights> layers;

@@ -8,6 +8,7 @@ size_t dtype_size(DType dtype) {
     case DType::kF32: return 4;
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
+    case DType::kU32: return 4;
   }
   return 0;
 }
@@ -17,6 +18,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kF32: return "f32";
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
+    case DType::kU32: return "u32";
   }
   return "?";
 }
@@ -25,7 +27,18 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
+  if (name == "U32") return DType::kU32;
   return std::nullopt;
+}
+
+std::string_view dtype_safetensors_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kU32: return "U32";
+  }
+  return "?";
 }
 
 float f16_to_f32(uint16_t h) {

@@ -1,4 +1,6 @@
 // Element types of weights and activations, and their bf16/f16 <-> f32 conversions.
+// kU32 is storage only: the packed codes of a quantized weight (tensor/affine_quant.h),
+// never read as numbers.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +10,15 @@
 
 namespace kettle {
 
-enum class DType : uint8_t { kF32, kF16, kBF16 };
+enum class DType : uint8_t { kF32, kF16, kBF16, kU32 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
-// The safetensors spelling ("F32", "F16", "BF16"); nullopt for types kettle cannot compute with.
+// f32, f16 or bf16: a type arithmetic reads.
+inline bool dtype_is_float(DType dtype) { return dtype != DType::kU32; }
+// The safetensors spelling ("F32", "F16", "BF16", "U32"); nullopt for types kettle cannot use.
 std::optional<DType> dtype_from_safetensors(std::string_view name);
+std::string_view dtype_safetensors_name(DType dtype);
 
 inline float bf16_to_f32(uint16_t bits) {
   uint32_t u = static_cast<uint32_t>(bits) << 16;

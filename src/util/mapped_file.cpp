@@ -41,4 +41,11 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void release_pages(const void* begin, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const auto last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace kettle

@@ -24,4 +24,9 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Lets the kernel drop the pages of [begin, begin + bytes) of a read-only mapping from this
+// process's memory (a streamed pass over a large file stays small); a later read maps
+// them in again from the file. Only whole pages inside the range are dropped.
+void release_pages(const void* begin, size_t bytes);
+
 }  // namespace kettle

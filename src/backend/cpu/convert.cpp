@@ -4,11 +4,13 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul_kernels.h"
+#include "util/error.h"
 
 namespace kettle {
 
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n) {
   if (n <= 0) return;
+  if (!dtype_is_float(dtype)) fail(ErrorCategory::kInternal, "convert_to_f32: {} is not a float type", dtype_name(dtype));
   switch (best_cpu_isa()) {
     case CpuIsa::kAvx512:
       return convert_to_f32_avx512(src, dtype, dst, n);

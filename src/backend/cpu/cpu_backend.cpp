@@ -54,7 +54,11 @@ class CpuBackend final : public Backend {
     project(x, n, ldx, norm, both, 2, false);
     cpu::gated_activation(pool_, gate.out, up.out, n, gate.linear->out_features(), gate.ldo, act, out, ldo);
   }
-  void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override {
+  bool runs(WeightScheme scheme) const override {
+    return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine;
+  }
+
+  void embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) override {
     cpu::embed(pool_, ids, n, table, scale, out);
   }
   void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const Tensor& weight,
@@ -105,14 +109,14 @@ class CpuBackend final : public Backend {
     cpu::rms_norm(pool_, x, n, k, k, *norm.weight, norm.eps, norm.add_one, normed, k);
     return normed;
   }
-  // The projections as the matmul kernels take them; dense weights only, no adapters.
+  // The projections as the matmul kernels take them; dense and affine weights, no adapters.
   std::vector<MatmulTarget>& targets_of(const Projection* outs, int count, const char* op) {
     targets_.clear();
     for (int i = 0; i < count; ++i) {
       const Linear& l = *outs[i].linear;
-      if (l.scheme != WeightScheme::kDense || l.adapter != nullptr)
-        fail(ErrorCategory::kUnsupported, "cpu {}: only dense weights without adapters run here", op);
-      targets_.push_back({&l.weight, l.bias.empty() ? nullptr : &l.bias, outs[i].out, outs[i].ldo});
+      if (l.adapter != nullptr) fail(ErrorCategory::kUnsupported, "cpu {}: adapters do not run here yet", op);
+      const AffineScales* affine = l.scheme == WeightScheme::kAffine ? &l.affine : nullptr;
+      targets_.push_back({&l.weight, l.bias.empty() ? nullptr : &l.bias, outs[i].out, outs[i].ldo, affine});
     }
     return targets_;
   }

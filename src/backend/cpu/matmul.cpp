@@ -13,6 +13,7 @@
 #include "backend/cpu/convert.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul_kernels.h"
+#include "tensor/affine_quant.h"
 #include "tensor/host_buffer.h"
 #include "util/error.h"
 
@@ -28,7 +29,7 @@ constexpr int64_t kBlasPanelFloats = 256 * 1024;
 
 // Per-thread scratch, grown to the largest size seen and then reused: a
 // matmul allocates nothing once the model's shapes have been seen.
-enum ScratchSlot { kBiasSlot, kPanelSlot, kSlotCount };
+enum ScratchSlot { kBiasSlot, kPanelSlot, kDequantSlot, kSlotCount };
 float* thread_scratch(ScratchSlot slot, int64_t count) {
   thread_local std::array<HostBuffer<float>, kSlotCount> scratch;
   HostBuffer<float>& buffer = scratch[slot];
@@ -88,11 +89,21 @@ RowsFn rows_fn(MatmulPath path) {
   return &matmul_rows_generic;
 }
 
-void check_args(const float* x, int64_t n, int64_t ldx, const Tensor& w, const Tensor* bias, const float* out,
-                int64_t ldo) {
+// The [m, k] a target computes: w's shape, or for affine codes the unpacked width.
+std::pair<int64_t, int64_t> target_shape(const MatmulTarget& t) {
+  const int64_t m = t.w->dim(0), cols = t.w->dim(1);
+  return {m, t.affine != nullptr ? cols * 32 / t.affine->bits : cols};
+}
+
+void check_args(const float* x, int64_t n, int64_t ldx, const MatmulTarget& t, const float* out, int64_t ldo) {
+  const Tensor& w = *t.w;
+  const Tensor* bias = t.bias;
   if (w.rank() != 2 || w.data == nullptr)
     fail(ErrorCategory::kInternal, "matmul: weight must be a 2-d tensor, got shape {}", shape_string(w.shape));
-  int64_t m = w.shape[0], k = w.shape[1];
+  if ((t.affine != nullptr) != (w.dtype == DType::kU32))
+    fail(ErrorCategory::kInternal, "matmul: a {} weight {}", dtype_name(w.dtype),
+         t.affine != nullptr ? "is not packed codes" : "of packed codes has no scales");
+  const auto [m, k] = target_shape(t);
   if (n < 0 || ldx < k || ldo < m || (n > 0 && (x == nullptr || out == nullptr)))
     fail(ErrorCategory::kInternal, "matmul: n={} ldx={} ldo={} do not fit weight {} (need ldx >= k, ldo >= m)", n, ldx,
          ldo, shape_string(w.shape));
@@ -170,7 +181,29 @@ struct GroupPart {
   MatmulTask task;
   int64_t first_row = 0;
   int64_t rows = 0;
+  const AffineScales* affine = nullptr;  // task.w: packed codes
 };
+
+// Rows [begin, end) of an affine weight: panels of `panel` rows (begin is a multiple of it,
+// so panels sit at fixed offsets whatever the thread split) dequantized into f32 scratch,
+// each then run as a dense f32 weight by fn.
+void affine_rows(RowsFn fn, const GroupPart& part, int64_t panel, int64_t begin, int64_t end) {
+  const MatmulTask& t = part.task;
+  const AffineScales& a = *part.affine;
+  const Tensor codes{t.w, DType::kU32, {part.rows, t.k * a.bits / 32}};
+  for (int64_t r0 = begin; r0 < end; r0 += panel) {
+    const int64_t rows = std::min(panel, end - r0);
+    float* dense = thread_scratch(kDequantSlot, rows * t.k);
+    for (int64_t r = 0; r < rows; ++r)
+      affine_dequantize(affine_row(codes, a.scales, a.biases, r0 + r), a.bits, a.group_size, 0, t.k, dense + r * t.k);
+    MatmulTask sub = t;
+    sub.w = dense;
+    sub.dtype = DType::kF32;
+    sub.bias = t.bias != nullptr ? t.bias + r0 : nullptr;
+    sub.out = t.out + r0;
+    fn(sub, 0, rows);
+  }
+}
 
 const float* f32_bias(const Tensor* bias, std::vector<float>& storage) {
   if (bias == nullptr) return nullptr;
@@ -189,12 +222,12 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
   std::vector<std::vector<float>> biases(static_cast<size_t>(count));
   // Threads take whole granules; blas panels sit at fixed offsets of each weight, so the
   // thread count cannot change a bit of the result.
-  const int64_t granule = path == MatmulPath::kBlas ? blas_panel_rows(targets[0].w->dim(1)) : kRowAlign;
+  const int64_t granule = path == MatmulPath::kBlas ? blas_panel_rows(target_shape(targets[0]).second) : kRowAlign;
   int64_t total = 0;
   for (int i = 0; i < count; ++i) {
     const MatmulTarget& t = targets[i];
-    check_args(x, n, ldx, *t.w, t.bias, t.out, t.ldo);
-    int64_t m = t.w->shape[0], k = t.w->shape[1];
+    check_args(x, n, ldx, t, t.out, t.ldo);
+    const auto [m, k] = target_shape(t);
     const float* bias = f32_bias(t.bias, biases[static_cast<size_t>(i)]);
     if (m == 0) continue;
     if (k == 0) {  // an empty sum: out is the bias (or zero)
@@ -202,7 +235,7 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
         for (int64_t r = 0; r < m; ++r) t.out[c * t.ldo + r] = bias ? bias[r] : 0.0f;
       continue;
     }
-    parts.push_back({MatmulTask{x, n, ldx, t.w->data, t.w->dtype, k, bias, t.out, t.ldo}, total, m});
+    parts.push_back({MatmulTask{x, n, ldx, t.w->data, t.w->dtype, k, bias, t.out, t.ldo}, total, m, t.affine});
     total += (m + granule - 1) / granule * granule;  // each weight starts on a granule boundary
   }
   if (parts.empty()) return;
@@ -212,7 +245,9 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
     for (const GroupPart& part : parts) {
       int64_t b = std::max(begin, part.first_row) - part.first_row;
       int64_t e = std::min(end, part.first_row + part.rows) - part.first_row;
-      if (b < e) fn(part.task, b, e);
+      if (b >= e) continue;
+      if (part.affine != nullptr) affine_rows(fn, part, granule, b, e);
+      else fn(part.task, b, e);
     }
   };
   int threads = pool.size();

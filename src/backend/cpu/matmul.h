@@ -5,17 +5,22 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/linear.h"
 #include "tensor/tensor.h"
 #include "util/thread_pool.h"
 
 namespace kettle {
 
-// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias).
+// One weight of a grouped matmul: out (row stride ldo) = x · wᵀ (+ bias). With `affine`,
+// w holds packed codes (tensor/affine_quant.h), dequantized a panel of rows at a time
+// into f32 that the kernels then read: the sums are the same as for a dense f32 weight
+// holding the dequantized values.
 struct MatmulTarget {
   const Tensor* w;
   const Tensor* bias;  // or nullptr
   float* out;
   int64_t ldo;
+  const AffineScales* affine = nullptr;
 };
 
 // Who computes a matmul: one of the register-tiled kernels, or OpenBLAS sgemm

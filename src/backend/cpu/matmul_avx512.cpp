@@ -227,6 +227,8 @@ void matmul_rows_avx512(const MatmulTask& task, int64_t row_begin, int64_t row_e
       return matmul_rows<LoadF16>(task, row_begin, row_end);
     case DType::kF32:
       return matmul_rows<LoadF32>(task, row_begin, row_end);
+    case DType::kU32:  // packed codes: cpu_matmul dequantizes them before a kernel sees them
+      return;
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/convert.h"
 #include "backend/cpu/ops.h"
+#include "tensor/affine_quant.h"
 
 namespace kettle::cpu {
 
@@ -27,15 +28,20 @@ void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, int64
   });
 }
 
-void embed(ThreadPool& pool, const int32_t* ids, int64_t n, const Tensor& table, float scale,
+void embed(ThreadPool& pool, const int32_t* ids, int64_t n, const Linear& table, float scale,
            float* out) {
-  int64_t dim = table.dim(1);
-  size_t row_bytes = static_cast<size_t>(dim) * dtype_size(table.dtype);
+  const Tensor& w = table.weight;
+  const int64_t dim = table.in_features();
+  const size_t row_bytes = static_cast<size_t>(w.dim(1)) * dtype_size(w.dtype);
   pool.parallel_for(n, 8, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const auto* row = static_cast<const uint8_t*>(table.data) + row_bytes * static_cast<size_t>(ids[t]);
       float* o = out + t * dim;
-      convert_to_f32(row, table.dtype, o, dim);
+      if (table.scheme == WeightScheme::kAffine) {
+        const AffineScales& a = table.affine;
+        affine_dequantize(affine_row(w, a.scales, a.biases, ids[t]), a.bits, a.group_size, 0, dim, o);
+      } else {
+        convert_to_f32(static_cast<const uint8_t*>(w.data) + row_bytes * static_cast<size_t>(ids[t]), w.dtype, o, dim);
+      }
       if (scale != 1.0f)
         for (int64_t i = 0; i < dim; ++i) o[i] *= scale;
     }

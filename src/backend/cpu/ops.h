@@ -12,7 +12,7 @@
 
 namespace kettle::cpu {
 
-void embed(ThreadPool& pool, const int32_t* ids, int64_t n, const Tensor& table, float scale,
+void embed(ThreadPool& pool, const int32_t* ids, int64_t n, const Linear& table, float scale,
            float* out);
 
 void rms_norm(ThreadPool& pool, const float* x, int64_t rows, int64_t dim, int64_t ld,

@@ -62,8 +62,10 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) {
-  cuda::embed(ids, n, bf16_data(table, "embed"), table.dim(1), scale, out, stream_);
+void CudaBackend::embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) {
+  if (table.scheme != WeightScheme::kDense)
+    fail(ErrorCategory::kUnsupported, "cuda embed: a {} table does not run here", scheme_name(table));
+  cuda::embed(ids, n, bf16_data(table.weight, "embed"), table.weight.dim(1), scale, out, stream_);
   check_launch("embed");
 }
 

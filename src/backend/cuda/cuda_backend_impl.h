@@ -97,7 +97,7 @@ class CudaBackend final : public Backend {
   void project_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
                      const Projection& up, Activation act, float* out, int64_t ldo) override;
 
-  void embed(const int32_t* ids, int64_t n, const Tensor& table, float scale, float* out) override;
+  void embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) override;
 
   void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const Tensor& weight, float eps, bool add_one,
                 float* out, int64_t ldo) override;

@@ -85,6 +85,9 @@ Tensor CudaBackend::resident(const Tensor& weight) {
     view.shape = weight.shape;
     return view;
   }
+  if (!dtype_is_float(weight.dtype))
+    fail(ErrorCategory::kUnsupported, "cuda: a weight of packed {} codes (shape {}) has no CUDA kernel; the model "
+         "runner dequantizes quantized projections for this backend", dtype_name(weight.dtype), shape_string(weight.shape));
   // Matrices in bf16 (the GEMV/GEMM operand); vectors (norms, biases) in f32.
   const bool matrix = weight.rank() >= 2;
   const DType dtype = matrix ? DType::kBF16 : DType::kF32;
@@ -162,6 +165,8 @@ float CudaBackend::element(const Tensor& t, size_t i) {
       std::memcpy(&b, p + i * 2, 2);
       return bf16_to_f32(b);
     }
+    case DType::kU32:  // resident() refuses packed codes before reading an element
+      break;
   }
   return 0.0f;
 }

@@ -32,10 +32,10 @@ TEST_F(CudaOpsTest, EmbedSoftcapAdd) {
   Bf16Weight table({vocab, dim}, rng_);
   std::vector<int32_t> ids = {3, 49, 0, 3};
   std::vector<float> ref(ids.size() * dim);
-  cpu_->embed(ids.data(), 4, table.tensor, 1.7f, ref.data());
+  cpu_->embed(ids.data(), 4, Linear{table.tensor}, 1.7f, ref.data());
   auto dids = up(ids);
   auto dout = poisoned(ref.size());
-  gpu_->embed(dids.data(), 4, gpu_->resident(table.tensor), 1.7f, dout.data());
+  gpu_->embed(dids.data(), 4, Linear{gpu_->resident(table.tensor)}, 1.7f, dout.data());
   EXPECT_LE(rel_err(down(dout), ref), 1e-6);
 
   auto x = random_vec(1000, rng_, 5.0f), y = random_vec(1000, rng_);
@@ -562,9 +562,9 @@ TEST_F(CudaOpsTest, RecordedStepReadsPerStepValuesFromDeviceMemory) {
   auto out = poisoned(static_cast<size_t>(dim));
   for (int32_t token : {3, 3, 3, 7, 11}) {  // eager, record, replay, replay, replay
     gpu_->to_device(id.data(), &token, sizeof token);
-    gpu_->run_step(StepContext{}, 42, [&] { gpu_->embed(id.data(), 1, gt, 1.0f, out.data()); });
+    gpu_->run_step(StepContext{}, 42, [&] { gpu_->embed(id.data(), 1, Linear{gt}, 1.0f, out.data()); });
     std::vector<float> ref(static_cast<size_t>(dim));
-    cpu_->embed(&token, 1, table.tensor, 1.0f, ref.data());
+    cpu_->embed(&token, 1, Linear{table.tensor}, 1.0f, ref.data());
     EXPECT_EQ(down(out), ref) << "token " << token;
   }
 }

@@ -255,7 +255,7 @@ TEST_P(OpsTest, EmbedScalesRows) {
   Bf16Weight table({10, 24}, 9);
   std::vector<int32_t> ids = {3, 0, 9, 3};
   std::vector<float> out(4 * 24, NAN);
-  backend_->embed(ids.data(), 4, table.tensor, 2.0f, out.data());
+  backend_->embed(ids.data(), 4, Linear{table.tensor}, 2.0f, out.data());
   for (size_t t = 0; t < 4; ++t)
     for (size_t i = 0; i < 24; ++i) EXPECT_EQ(out[t * 24 + i], static_cast<float>(table.values[static_cast<size_t>(ids[t]) * 24 + i] * 2.0));
 }

@@ -62,7 +62,7 @@ size_t held_bytes(const ModelWeights& w) {
   const auto count = [&](const Tensor& t) {
     if (!t.empty() && seen.insert({t.data, t.numel()}).second) total += t.nbytes();
   };
-  count(w.embed);
+  count(w.embed.weight);
   count(w.lm_head.weight);
   count(w.final_norm);
   for (const LayerWeights& l : w.layers) {

@@ -1,0 +1,291 @@
+// Quantizing a checkpoint into MLX's affine layout: plan the output tensors and
+// shards, stream each tensor through the codec into its shard, then config.json,
+// the shard index and the model's other files; rename into place last.
+#include "model/quantize_checkpoint.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors_writer.h"
+#include "model/weight_store.h"
+#include "tensor/affine_quant.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace kettle {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+// One output tensor: a copy of a source tensor, or one of the three parts of a quantized one.
+enum class Part { kCopy, kCodes, kScales, kBiases };
+
+struct OutTensor {
+  PlannedTensor plan;
+  std::string source;  // the source tensor it comes from
+  Part part = Part::kCopy;
+  int shard = 0;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A 2-d `.weight` whose rows split into whole groups: what mlx-lm quantizes (its Linear and
+// Embedding modules; norms are 1-d).
+bool quantizable(const std::string& name, const Tensor& t, int group_size) {
+  return ends_with(name, ".weight") && t.rank() == 2 && t.dim(1) % group_size == 0;
+}
+
+std::vector<OutTensor> plan_outputs(const WeightStore& store, const QuantizeOptions& o) {
+  std::vector<OutTensor> out;
+  for (const std::string& name : store.names()) {
+    const Tensor t = store.get(name);
+    if (!quantizable(name, t, o.group_size)) {
+      out.push_back({{name, std::string(dtype_safetensors_name(t.dtype)), t.shape, t.nbytes()}, name, Part::kCopy});
+      continue;
+    }
+    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+    const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / o.group_size;
+    const std::string sb_dtype(dtype_safetensors_name(t.dtype));
+    const size_t sb_bytes = static_cast<size_t>(rows * groups) * dtype_size(t.dtype);
+    out.push_back({{name, "U32", {rows, cols * o.bits / 32}, static_cast<size_t>(rows * cols * o.bits / 8)}, name,
+                   Part::kCodes});
+    out.push_back({{module + ".scales", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kScales});
+    out.push_back({{module + ".biases", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kBiases});
+  }
+  return out;
+}
+
+int assign_shards(std::vector<OutTensor>& out, size_t max_bytes) {
+  int shard = 0;
+  size_t filled = 0;
+  for (OutTensor& t : out) {
+    if (filled > 0 && filled + t.plan.bytes > max_bytes) {
+      ++shard;
+      filled = 0;
+    }
+    t.shard = shard;
+    filled += t.plan.bytes;
+  }
+  return shard + 1;
+}
+
+std::string shard_name(int shard, int shards) {
+  return shards == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", shard + 1, shards);
+}
+
+void widen_row(const Tensor& t, int64_t r, float* out) {
+  const int64_t cols = t.dim(1);
+  const auto* base = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r * cols) * dtype_size(t.dtype);
+  for (int64_t c = 0; c < cols; ++c) {
+    switch (t.dtype) {
+      case DType::kF32: out[c] = reinterpret_cast<const float*>(base)[c]; break;
+      case DType::kF16: out[c] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[c]); break;
+      case DType::kBF16: out[c] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[c]); break;
+      case DType::kU32: out[c] = 0.0f; break;
+    }
+  }
+}
+
+// f32 values stored in `dtype`, appended to bytes.
+void append_as(DType dtype, const std::vector<float>& values, std::vector<uint8_t>& bytes) {
+  for (float v : values) {
+    if (dtype == DType::kF32) {
+      const auto* p = reinterpret_cast<const uint8_t*>(&v);
+      bytes.insert(bytes.end(), p, p + 4);
+      continue;
+    }
+    const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+    bytes.push_back(static_cast<uint8_t>(h));
+    bytes.push_back(static_cast<uint8_t>(h >> 8));
+  }
+}
+
+// Streams the output tensors into their shards; the scales and biases of the weight just
+// quantized wait in memory until their turn (they follow its codes).
+class ShardWriter {
+ public:
+  ShardWriter(const WeightStore& store, const QuantizeOptions& o, std::function<void(size_t)> advanced)
+      : store_(store), options_(o), advanced_(std::move(advanced)) {}
+
+  void write(SafetensorsWriter& file, const OutTensor& t) {
+    const Tensor source = store_.get(t.source);
+    switch (t.part) {
+      case Part::kCopy: return copy(file, source);
+      case Part::kCodes: return quantize(file, source);
+      case Part::kScales: return flush(file, scales_);
+      case Part::kBiases: return flush(file, biases_);
+    }
+  }
+
+ private:
+  void copy(SafetensorsWriter& file, const Tensor& t) {
+    constexpr size_t kChunk = size_t{64} << 20;
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    for (size_t done = 0; done < t.nbytes(); done += kChunk) {
+      const size_t n = std::min(kChunk, t.nbytes() - done);
+      file.write(p + done, n);
+      release_pages(p + done, n);
+      advanced_(n);
+    }
+  }
+
+  void quantize(SafetensorsWriter& file, const Tensor& t) {
+    const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / options_.group_size;
+    const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype);
+    std::vector<float> row(static_cast<size_t>(cols)), s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
+    std::vector<uint32_t> codes(static_cast<size_t>(cols * options_.bits / 32));
+    scales_.clear();
+    biases_.clear();
+    for (int64_t r = 0; r < rows; ++r) {
+      widen_row(t, r, row.data());
+      affine_quantize_row(row.data(), cols, options_.bits, options_.group_size, codes.data(), s.data(), b.data());
+      file.write(codes.data(), codes.size() * sizeof(uint32_t));
+      append_as(t.dtype, s, scales_);
+      append_as(t.dtype, b, biases_);
+      const auto* source_row = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r) * row_bytes;
+      release_pages(source_row, row_bytes);
+      advanced_(row_bytes);
+    }
+  }
+
+  static void flush(SafetensorsWriter& file, std::vector<uint8_t>& bytes) {
+    file.write(bytes.data(), bytes.size());
+    bytes.clear();
+    bytes.shrink_to_fit();
+  }
+
+  const WeightStore& store_;
+  QuantizeOptions options_;
+  std::function<void(size_t)> advanced_;
+  std::vector<uint8_t> scales_, biases_;
+};
+
+bool is_weight_file(const fs::path& p) {
+  static const std::set<std::string> kWeights = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5",
+                                                 ".ckpt"};
+  const std::string name = p.filename().string();
+  return kWeights.count(p.extension().string()) != 0 || name == "model.safetensors.index.json" ||
+         ends_with(name, ".bin.index.json");
+}
+
+// Everything of the model folder but its weights and config.json (the tokenizer, templates,
+// generation defaults, model card, sentence-transformers modules).
+void copy_other_files(const fs::path& src, const fs::path& dst) {
+  for (const auto& entry : fs::directory_iterator(src)) {
+    const fs::path& p = entry.path();
+    const std::string name = p.filename().string();
+    if (name == "config.json" || name.empty() || name[0] == '.' || is_weight_file(p)) continue;
+    fs::copy(p, dst / name, fs::copy_options::recursive);
+  }
+}
+
+void write_json(const fs::path& path, const json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) fail(ErrorCategory::kResourceExhausted, "cannot write {}", path.string());
+}
+
+void check_source(const std::string& src, const ModelSpec& spec, const WeightStore& store) {
+  if (spec.quant.present())
+    fail(ErrorCategory::kInvalidArgument, "{} is already quantized (config.json has 'quantization'); convert reads a "
+         "float checkpoint", src);
+  if (spec.n_experts > 0)
+    fail(ErrorCategory::kUnsupported, "{}: quantizing mixture-of-experts models is not supported yet", src);
+  if (!store.unusable().empty()) {
+    const auto& [name, dtype] = *store.unusable().begin();
+    fail(ErrorCategory::kUnsupported, "{}: tensor '{}' has dtype {}; convert reads BF16, F16 and F32 tensors", src, name,
+         dtype);
+  }
+  for (const std::string& name : store.names())
+    if (!dtype_is_float(store.get_any(name).dtype))
+      fail(ErrorCategory::kInvalidArgument, "{}: tensor '{}' already holds packed codes; convert reads a float "
+           "checkpoint", src, name);
+}
+
+void check_options(const QuantizeOptions& o) {
+  if (!affine_bits_supported(o.bits))
+    fail(ErrorCategory::kInvalidArgument, "--q-bits {}: affine quantization takes 2, 3, 4, 5, 6 or 8 bits", o.bits);
+  if (!affine_group_size_supported(o.group_size))
+    fail(ErrorCategory::kInvalidArgument, "--q-group-size {}: affine quantization takes groups of 32, 64 or 128",
+         o.group_size);
+}
+
+}  // namespace
+
+QuantizeReport quantize_checkpoint(const std::string& src, const std::string& dst, const QuantizeOptions& options,
+                                   const std::function<void(size_t, size_t)>& progress) {
+  check_options(options);
+  const fs::path out_dir = fs::absolute(dst).lexically_normal();
+  if (fs::exists(out_dir)) fail(ErrorCategory::kInvalidArgument, "{} already exists; convert writes a new folder", dst);
+  if (!fs::is_directory(out_dir.parent_path()))
+    fail(ErrorCategory::kNotFound, "{}: the folder it would go in does not exist", dst);
+  const ModelSpec spec = load_model_config(src);
+  const WeightStore store = WeightStore::open_folder(src);
+  check_source(src, spec, store);
+
+  std::vector<OutTensor> outputs = plan_outputs(store, options);
+  const int shards = assign_shards(outputs, options.max_shard_bytes);
+  QuantizeReport report;
+  report.shards = shards;
+  for (const std::string& name : store.names()) report.bytes_in += store.get(name).nbytes();
+
+  // Written beside DST, renamed into place once whole; removed on any failure.
+  const fs::path temp = out_dir.parent_path() / fmt::format(".{}.partial-{}", out_dir.filename().string(), ::getpid());
+  fs::remove_all(temp);
+  fs::create_directory(temp);
+  try {
+    size_t done = 0;
+    ShardWriter writer(store, options, [&](size_t n) {
+      done += n;
+      if (progress) progress(done, report.bytes_in);
+    });
+    json weight_map = json::object();
+    for (int s = 0; s < shards; ++s) {
+      std::vector<PlannedTensor> plans;
+      for (const OutTensor& t : outputs)
+        if (t.shard == s) plans.push_back(t.plan);
+      SafetensorsWriter file((temp / shard_name(s, shards)).string(), plans, {{"format", "mlx"}});
+      for (const OutTensor& t : outputs) {
+        if (t.shard != s) continue;
+        writer.write(file, t);
+        weight_map[t.plan.name] = shard_name(s, shards);
+        report.bytes_out += t.plan.bytes;
+        ++report.tensors;
+        report.quantized += t.part == Part::kCodes ? 1 : 0;
+      }
+      file.finish();
+    }
+    json config = json::parse(std::ifstream(fs::path(src) / "config.json"));
+    const json quantization = {{"group_size", options.group_size}, {"bits", options.bits}, {"mode", "affine"}};
+    config["quantization"] = quantization;
+    config["quantization_config"] = quantization;
+    write_json(temp / "config.json", config);
+    write_json(temp / "model.safetensors.index.json",
+               {{"metadata", {{"total_size", report.bytes_out}}}, {"weight_map", weight_map}});
+    copy_other_files(src, temp);
+    fs::rename(temp, out_dir);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    fail(ErrorCategory::kResourceExhausted, "writing {}: {}", dst, e.what());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp, ignored);
+    throw;
+  }
+  return report;
+}
+
+}  // namespace kettle
