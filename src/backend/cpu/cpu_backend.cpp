@@ -45,7 +45,10 @@ class CpuBackend final : public Backend {
     // The product into scratch, then added row by row into the residual stream.
     const int64_t m = outs[0].linear->out_features();
     float* product = scratch(n * m, 1);
-    cpu_matmul(pool_, x, n, ldx, *targets[0].w, targets[0].bias, product, m);
+    MatmulTarget into_scratch = targets[0];
+    into_scratch.out = product;
+    into_scratch.ldo = m;
+    cpu_matmul_many(pool_, x, n, ldx, &into_scratch, 1);
     for (int64_t t = 0; t < n; ++t) cpu::add(pool_, outs[0].out + t * outs[0].ldo, product + t * m, m);
   }
   void project_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
