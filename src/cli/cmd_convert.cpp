@@ -23,6 +23,7 @@ struct ConvertFlags {
   std::string dst;
   bool quantize = false;
   QuantizeOptions options;
+  std::string fit = "least-squares";
   bool json = false;
 };
 
@@ -30,10 +31,12 @@ int run_convert(const ConvertFlags& f) {
   if (!f.quantize)
     fail(ErrorCategory::kInvalidArgument, "convert: nothing asked; -q (quantize) is the conversion it makes today");
   if (f.json) log::set_level(log::Level::kQuiet);
+  QuantizeOptions options = f.options;
+  options.fit = f.fit == "mlx" ? AffineFit::kMlx : AffineFit::kLeastSquares;
   const std::string src = model_or_default(f.src);
   Timer timer;
   std::optional<ProgressBar> bar;
-  const QuantizeReport r = quantize_checkpoint(src, f.dst, f.options, [&](size_t done, size_t total) {
+  const QuantizeReport r = quantize_checkpoint(src, f.dst, options, [&](size_t done, size_t total) {
     if (f.json) return;
     if (!bar) bar.emplace("convert", static_cast<int64_t>(total));
     bar->update(static_cast<int64_t>(done));
@@ -41,7 +44,7 @@ int run_convert(const ConvertFlags& f) {
   if (bar) bar->finish();
   if (f.json) {
     const nlohmann::json out = {{"source", src},           {"destination", f.dst},      {"bits", f.options.bits},
-                                {"group_size", f.options.group_size}, {"tensors", r.tensors},
+                                {"group_size", f.options.group_size}, {"method", f.fit}, {"tensors", r.tensors},
                                 {"quantized", r.quantized}, {"bytes_in", r.bytes_in}, {"bytes_out", r.bytes_out},
                                 {"shards", r.shards},       {"seconds", timer.millis() / 1e3}};
     std::printf("%s\n", out.dump().c_str());
@@ -63,6 +66,10 @@ Action register_convert(CLI::App& app) {
   app.add_flag("-q,--quantize", f->quantize, "quantize the weights (MLX affine layout)");
   app.add_option("--q-bits", f->options.bits, "bits per weight: 2, 3, 4, 5, 6 or 8")->capture_default_str();
   app.add_option("--q-group-size", f->options.group_size, "weights per scale and bias: 32, 64 or 128")
+      ->capture_default_str();
+  app.add_option("--q-method", f->fit,
+                 "how each group's scale and bias are chosen: least-squares (lowest error), or mlx (mlx-lm's own codes)")
+      ->check(CLI::IsMember({"least-squares", "mlx"}))
       ->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object");
   return [f] { return run_convert(*f); };

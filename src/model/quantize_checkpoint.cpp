@@ -19,6 +19,7 @@
 #include "tensor/affine_quant.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/thread_pool.h"
 
 namespace kettle {
 namespace {
@@ -98,8 +99,9 @@ void widen_row(const Tensor& t, int64_t r, float* out) {
 }
 
 // f32 values stored in `dtype`, appended to bytes.
-void append_as(DType dtype, const std::vector<float>& values, std::vector<uint8_t>& bytes) {
-  for (float v : values) {
+void append_as(DType dtype, const float* values, int64_t count, std::vector<uint8_t>& bytes) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = values[i];
     if (dtype == DType::kF32) {
       const auto* p = reinterpret_cast<const uint8_t*>(&v);
       bytes.insert(bytes.end(), p, p + 4);
@@ -116,7 +118,10 @@ void append_as(DType dtype, const std::vector<float>& values, std::vector<uint8_
 class ShardWriter {
  public:
   ShardWriter(const WeightStore& store, const QuantizeOptions& o, std::function<void(size_t)> advanced)
-      : store_(store), options_(o), advanced_(std::move(advanced)) {}
+      : store_(store),
+        options_(o),
+        advanced_(std::move(advanced)),
+        pool_(o.threads > 0 ? o.threads : ThreadPool::default_threads()) {}
 
   void write(SafetensorsWriter& file, const OutTensor& t) {
     const Tensor source = store_.get(t.source);
@@ -140,22 +145,32 @@ class ShardWriter {
     }
   }
 
+  // Rows quantized a batch at a time across the pool, written in order.
   void quantize(SafetensorsWriter& file, const Tensor& t) {
     const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / options_.group_size;
+    const int64_t words = cols * options_.bits / 32;
     const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype);
-    std::vector<float> row(static_cast<size_t>(cols)), s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
-    std::vector<uint32_t> codes(static_cast<size_t>(cols * options_.bits / 32));
+    constexpr int64_t kBatch = 256;
+    std::vector<uint32_t> codes(static_cast<size_t>(kBatch * words));
+    std::vector<float> s(static_cast<size_t>(kBatch * groups)), b(static_cast<size_t>(kBatch * groups));
     scales_.clear();
     biases_.clear();
-    for (int64_t r = 0; r < rows; ++r) {
-      widen_row(t, r, row.data());
-      affine_quantize_row(row.data(), cols, options_.bits, options_.group_size, codes.data(), s.data(), b.data());
-      file.write(codes.data(), codes.size() * sizeof(uint32_t));
-      append_as(t.dtype, s, scales_);
-      append_as(t.dtype, b, biases_);
-      const auto* source_row = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r) * row_bytes;
-      release_pages(source_row, row_bytes);
-      advanced_(row_bytes);
+    for (int64_t r0 = 0; r0 < rows; r0 += kBatch) {
+      const int64_t n = std::min(kBatch, rows - r0);
+      pool_.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t i = begin; i < end; ++i) {
+          widen_row(t, r0 + i, row.data());
+          affine_quantize_row(row.data(), cols, options_.bits, options_.group_size, codes.data() + i * words,
+                              s.data() + i * groups, b.data() + i * groups, options_.fit, t.dtype);
+        }
+      });
+      file.write(codes.data(), static_cast<size_t>(n * words) * sizeof(uint32_t));
+      append_as(t.dtype, s.data(), n * groups, scales_);
+      append_as(t.dtype, b.data(), n * groups, biases_);
+      release_pages(static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r0) * row_bytes,
+                    static_cast<size_t>(n) * row_bytes);
+      advanced_(static_cast<size_t>(n) * row_bytes);
     }
   }
 
@@ -169,6 +184,7 @@ class ShardWriter {
   QuantizeOptions options_;
   std::function<void(size_t)> advanced_;
   std::vector<uint8_t> scales_, biases_;
+  ThreadPool pool_;
 };
 
 bool is_weight_file(const fs::path& p) {

@@ -13,12 +13,16 @@
 #include <functional>
 #include <string>
 
+#include "tensor/affine_quant.h"
+
 namespace kettle {
 
 struct QuantizeOptions {
   int bits = 4;
   int group_size = 64;
+  AffineFit fit = AffineFit::kLeastSquares;  // kMlx: mlx-lm's own codes, bit for bit
   size_t max_shard_bytes = size_t{5} << 30;  // as mlx-lm shards
+  int threads = 0;                            // rows quantized in parallel; 0: every core
 };
 
 struct QuantizeReport {

@@ -94,34 +94,92 @@ uint32_t affine_code(const uint32_t* codes, int bits, int64_t j) {
   return q & ((1u << bits) - 1);
 }
 
+namespace {
+
+struct GroupFit {
+  float scale = 0, bias = 0;
+};
+
+// MLX's choice for one group (see AffineFit::kMlx).
+GroupFit mlx_fit(const float* v, int n, float n_bins) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (int j = 0; j < n; ++j) {
+    lo = std::min(lo, v[j]);
+    hi = std::max(hi, v[j]);
+  }
+  const bool low_edge = std::abs(lo) > std::abs(hi);
+  float scale = std::max((hi - lo) / n_bins, 1e-7f);
+  scale = low_edge ? scale : -scale;
+  const float edge = low_edge ? lo : hi;
+  const float q0 = std::rint(edge / scale);
+  if (q0 == 0.0f) return {scale, 0.0f};
+  return {edge / q0, edge};
+}
+
+float round_to(DType dtype, float v) {
+  switch (dtype) {
+    case DType::kBF16: return bf16_to_f32(f32_to_bf16(v));
+    case DType::kF16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
+  }
+}
+
+float code_of(float v, const GroupFit& f, float n_bins) {
+  return std::min(std::max(std::rint((v - f.bias) / f.scale), 0.0f), n_bins);
+}
+
+double squared_error(const float* v, int n, const GroupFit& f, float n_bins) {
+  double e = 0;
+  for (int j = 0; j < n; ++j) {
+    const double d = static_cast<double>(f.scale) * code_of(v[j], f, n_bins) + f.bias - v[j];
+    e += d * d;
+  }
+  return e;
+}
+
+// The best of MLX's choice, plain [min, max], and a few least-squares refits of each, with
+// scale and bias rounded to `stored` as they will be read.
+GroupFit least_squares_fit(const float* v, int n, float n_bins, DType stored) {
+  const auto rounded = [&](GroupFit f) { return GroupFit{round_to(stored, f.scale), round_to(stored, f.bias)}; };
+  float lo = *std::min_element(v, v + n), hi = *std::max_element(v, v + n);
+  GroupFit best = rounded(mlx_fit(v, n, n_bins));
+  if (best.scale == 0.0f) best.scale = round_to(stored, 1e-7f);
+  double best_error = squared_error(v, n, best, n_bins);
+  for (GroupFit f : {best, rounded({std::max((hi - lo) / n_bins, 1e-7f), lo})}) {
+    if (f.scale == 0.0f) continue;
+    for (int round = 0; round < 4; ++round) {
+      const double e = squared_error(v, n, f, n_bins);
+      if (e < best_error) best_error = e, best = f;
+      double sq = 0, sqq = 0, sw = 0, sqw = 0;
+      for (int j = 0; j < n; ++j) {
+        const double q = code_of(v[j], f, n_bins);
+        sq += q, sqq += q * q, sw += v[j], sqw += q * v[j];
+      }
+      const double den = n * sqq - sq * sq;
+      if (den <= 0) break;
+      const double scale = (n * sqw - sq * sw) / den;
+      const GroupFit next = rounded({static_cast<float>(scale), static_cast<float>((sw - scale * sq) / n)});
+      if (next.scale == 0.0f || !std::isfinite(next.scale) || !std::isfinite(next.bias)) break;
+      f = next;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 void affine_quantize_row(const float* w, int64_t in, int bits, int group_size, uint32_t* codes, float* scales,
-                         float* biases) {
+                         float* biases, AffineFit fit, DType stored) {
   const float n_bins = static_cast<float>((1 << bits) - 1);
-  const float eps = 1e-7f;
   std::memset(codes, 0, static_cast<size_t>(in * bits / 32) * sizeof(uint32_t));
   for (int64_t g = 0; g * group_size < in; ++g) {
     const float* v = w + g * group_size;
-    float lo = std::numeric_limits<float>::infinity(), hi = -lo;
-    for (int j = 0; j < group_size; ++j) {
-      lo = std::min(lo, v[j]);
-      hi = std::max(hi, v[j]);
-    }
-    const bool low_edge = std::abs(lo) > std::abs(hi);
-    float scale = std::max((hi - lo) / n_bins, eps);
-    scale = low_edge ? scale : -scale;
-    const float edge = low_edge ? lo : hi;
-    const float q0 = std::rint(edge / scale);
-    float bias = 0.0f;
-    if (q0 != 0.0f) {
-      scale = edge / q0;
-      bias = edge;
-    }
-    for (int j = 0; j < group_size; ++j) {
-      const float q = std::min(std::max(std::rint((v[j] - bias) / scale), 0.0f), n_bins);
-      put_code(codes, bits, g * group_size + j, static_cast<uint32_t>(q));
-    }
-    scales[g] = scale;
-    biases[g] = bias;
+    const GroupFit f = fit == AffineFit::kMlx ? mlx_fit(v, group_size, n_bins)
+                                              : least_squares_fit(v, group_size, n_bins, stored);
+    for (int j = 0; j < group_size; ++j)
+      put_code(codes, bits, g * group_size + j, static_cast<uint32_t>(code_of(v[j], f, n_bins)));
+    scales[g] = f.scale;
+    biases[g] = f.bias;
   }
 }
 

@@ -102,6 +102,34 @@ TEST(AffineCodec, TheEdgeOfLargerMagnitudeIsExact) {
   for (float v : back) EXPECT_EQ(v, 0.25f);
 }
 
+TEST(AffineCodec, LeastSquaresFitsNoWorseThanMlxsRule) {
+  // Per group, the least-squares choice (stored in f32 here) never has more squared error
+  // than MLX's, and over many groups clearly less.
+  std::mt19937 rng(5);
+  std::student_t_distribution<float> heavy(4.0f);  // weights have outliers
+  double mlx_total = 0, ls_total = 0;
+  for (int bits : {2, 3, 4, 8}) {
+    const int64_t in = 64 * 32;
+    std::vector<float> w(in), s1(32), b1(32), s2(32), b2(32), d1(in), d2(in);
+    for (float& v : w) v = 0.02f * heavy(rng);
+    std::vector<uint32_t> c1(static_cast<size_t>(in * bits / 32)), c2(c1.size());
+    affine_quantize_row(w.data(), in, bits, 64, c1.data(), s1.data(), b1.data(), AffineFit::kMlx);
+    affine_quantize_row(w.data(), in, bits, 64, c2.data(), s2.data(), b2.data(), AffineFit::kLeastSquares, DType::kF32);
+    affine_dequantize({c1.data(), s1.data(), b1.data(), DType::kF32}, bits, 64, 0, in, d1.data());
+    affine_dequantize({c2.data(), s2.data(), b2.data(), DType::kF32}, bits, 64, 0, in, d2.data());
+    for (int64_t g = 0; g < 32; ++g) {
+      double e1 = 0, e2 = 0;
+      for (int64_t j = g * 64; j < (g + 1) * 64; ++j) {
+        e1 += std::pow(d1[static_cast<size_t>(j)] - w[static_cast<size_t>(j)], 2);
+        e2 += std::pow(d2[static_cast<size_t>(j)] - w[static_cast<size_t>(j)], 2);
+      }
+      EXPECT_LE(e2, e1 * (1 + 1e-6) + 1e-12) << bits << "-bit group " << g;
+      if (bits == 4) mlx_total += e1, ls_total += e2;
+    }
+  }
+  EXPECT_LT(ls_total, 0.95 * mlx_total);
+}
+
 // A random [m, k] weight quantized, its scales and biases in bf16 as a checkpoint holds
 // them, and the dense f32 weight of the values they stand for.
 struct AffineWeight {
