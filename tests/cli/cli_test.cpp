@@ -4,6 +4,7 @@
 // gives the reference tokens.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "model/safetensors_writer.h"
 #include "support/safetensors_writer.h"
 
 namespace kettle::test {
@@ -238,6 +240,191 @@ TEST_F(CliTest, BadFlagValueIsRefused) {
   RunResult r = run_kettle("generate --model " + model() + " --prompt-ids 1 --top-p 7");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--top-p"), std::string::npos) << r.err;
+}
+
+// ---- quantized checkpoints: kettle convert -q, and loading what it and MLX write ----
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// No temporary folder of a failed convert left beside its destination.
+bool partial_left_in(const fs::path& parent) {
+  for (auto& e : fs::directory_iterator(parent))
+    if (e.path().filename().string().find(".partial-") != std::string::npos) return true;
+  return false;
+}
+
+TEST_F(CliTest, ConvertWritesMlxLayoutThatLoads) {
+  const fs::path q = dir_ / "q8";
+  RunResult r = run_kettle("convert " + model() + " " + q.string() + " -q --q-bits 8 --q-group-size 32 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["bits"], 8);
+  EXPECT_GT(report["quantized"].get<int>(), 0);
+  // What mlx-lm reads: config.json's quantization (and its quantization_config mirror),
+  // U32 codes with BF16 scales and biases of the right shapes, an index naming every tensor.
+  const nlohmann::json config = read_json(q / "config.json");
+  EXPECT_EQ(config["quantization"], nlohmann::json({{"group_size", 32}, {"bits", 8}, {"mode", "affine"}}));
+  EXPECT_EQ(config["quantization_config"], config["quantization"]);
+  auto tensors = read_safetensors((q / "model.safetensors").string());
+  const RawTensor& codes = tensors.at("model.layers.0.self_attn.q_proj.weight");
+  const RawTensor& scales = tensors.at("model.layers.0.self_attn.q_proj.scales");
+  EXPECT_EQ(codes.dtype, "U32");
+  EXPECT_EQ(scales.dtype, "BF16");
+  EXPECT_EQ(codes.shape[1] * 32 / 8, scales.shape[1] * 32);
+  EXPECT_EQ(tensors.at("model.layers.0.self_attn.q_proj.biases").shape, scales.shape);
+  EXPECT_EQ(tensors.at("model.norm.weight").dtype, "BF16");  // norms stay as they are
+  const nlohmann::json index = read_json(q / "model.safetensors.index.json");
+  EXPECT_EQ(index["weight_map"].size(), tensors.size());
+  EXPECT_TRUE(fs::exists(q / "generation_config.json"));
+  RunResult gen = run_kettle("generate --model " + q.string() + " --prompt-ids " +
+                             ids_arg(golden("llama")["prompt_ids"]) + " --max-tokens 8 --json");
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_EQ(nlohmann::json::parse(gen.out)["token_ids"].size(), 8u);
+}
+
+TEST_F(CliTest, ConvertRefusesBadInputAndLeavesNothing) {
+  const fs::path out = dir_ / "out";
+  expect_error(run_kettle("convert " + model() + " " + out.string() + " -q --q-bits 7"), 2, "--q-bits 7");
+  expect_error(run_kettle("convert " + model() + " " + out.string() + " -q --q-group-size 48"), 2, "--q-group-size 48");
+  expect_error(run_kettle("convert " + model() + " " + out.string()), 2, "-q");
+  expect_error(run_kettle("convert " + model() + " " + (dir_ / "no" / "such").string() + " -q"), 3, "no/such");
+  fs::create_directories(out);
+  expect_error(run_kettle("convert " + model() + " " + out.string() + " -q"), 2, out.string());
+  fs::remove_all(out);
+  // A quantized source.
+  ASSERT_EQ(run_kettle("convert " + model() + " " + (dir_ / "q4").string() + " -q").exit_code, 0);
+  expect_error(run_kettle("convert " + (dir_ / "q4").string() + " " + out.string() + " -q"), 2, "already quantized");
+  // A mixture-of-experts source.
+  expect_error(run_kettle("convert " + (kGoldens / "qwen3_moe" / "model").string() + " " + out.string() + " -q"), 5,
+               "mixture-of-experts");
+  // A shard the index names is missing.
+  std::ofstream(dir_ / "model.safetensors.index.json")
+      << R"({"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}})";
+  expect_error(run_kettle("convert " + model() + " " + out.string() + " -q"), 3, "model-00002-of-00002.safetensors");
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(partial_left_in(dir_));
+}
+
+TEST_F(CliTest, MalformedQuantizedCheckpointsAreRefusedByName) {
+  const fs::path q = dir_ / "q";
+  ASSERT_EQ(run_kettle("convert " + model() + " " + q.string() + " -q --q-bits 4 --q-group-size 64").exit_code, 0);
+  const auto args = [&] { return "generate --model " + q.string() + " --prompt-ids 1,2 --max-tokens 2"; };
+  const auto with_config = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json c = read_json(q / "config.json");
+    edit(c);
+    std::ofstream(q / "config.json") << c.dump(2);
+  };
+  const nlohmann::json original = read_json(q / "config.json");
+  with_config([](nlohmann::json& c) { c.erase("quantization"), c.erase("quantization_config"); });
+  expect_error(run_kettle(args()), 4, ".scales");
+  with_config([&](nlohmann::json& c) { c = original, c["quantization"]["bits"] = 8; });
+  expect_error(run_kettle(args()), 4, "embed_tokens.weight");  // codes of 4 bits read as 8: a shape mismatch
+  with_config([&](nlohmann::json& c) { c = original, c["quantization"]["bits"] = 7; });
+  expect_error(run_kettle(args()), 5, "bits 7");
+  with_config([&](nlohmann::json& c) { c = original, c["quantization"]["mode"] = "mxfp4"; });
+  expect_error(run_kettle(args()), 5, "mxfp4");
+  with_config([&](nlohmann::json& c) {
+    c = original, c.erase("quantization"), c["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  });
+  expect_error(run_kettle(args()), 5, "awq");
+  with_config([&](nlohmann::json& c) { c = original, c["quantization"]["model.layers.0.self_attn.q_proj"] = false; });
+  expect_error(run_kettle(args()), 4, "model.layers.0.self_attn.q_proj");
+  // The converter's own config loads.
+  with_config([&](nlohmann::json& c) { c = original; });
+  EXPECT_EQ(run_kettle(args()).exit_code, 0);
+}
+
+TEST_F(CliTest, MixedBitsPerModuleLoad) {
+  // Two conversions of one model, one tensor set of the 8-bit one moved into the 4-bit one,
+  // with config.json's per-module override saying so (mlx-lm's mixed-precision layout).
+  const fs::path q4 = dir_ / "q4", q8 = dir_ / "q8";
+  ASSERT_EQ(run_kettle("convert " + model() + " " + q4.string() + " -q --q-bits 4 --q-group-size 64").exit_code, 0);
+  ASSERT_EQ(run_kettle("convert " + model() + " " + q8.string() + " -q --q-bits 8 --q-group-size 32").exit_code, 0);
+  auto t4 = read_safetensors((q4 / "model.safetensors").string());
+  auto t8 = read_safetensors((q8 / "model.safetensors").string());
+  const std::string module = "model.layers.1.mlp.down_proj";
+  for (const char* part : {".weight", ".scales", ".biases"}) t4[module + part] = t8.at(module + part);
+  write_safetensors((q4 / "model.safetensors").string(), t4);
+  const auto generate = [&] {
+    return run_kettle("generate --model " + q4.string() + " --prompt-ids " + ids_arg(golden("llama")["prompt_ids"]) +
+                      " --max-tokens 4 --json");
+  };
+  expect_error(generate(), 4, module);  // the config still says 4 bits for it
+  nlohmann::json c = read_json(q4 / "config.json");
+  c["quantization"][module] = {{"bits", 8}, {"group_size", 32}};
+  std::ofstream(q4 / "config.json") << c.dump(2);
+  RunResult r = generate();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A 2 GB bf16 checkpoint (random weights of a llama shape), converted with the memory the
+// converter's process held at its peak under 1 GB: tensors are streamed, never gathered.
+TEST(ConvertMemory, TwoGigabyteCheckpointInUnderOneGigabyte) {
+  const fs::path dir = fs::temp_directory_path() / ("kettle_convert_rss_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "src");
+  const int64_t hidden = 2048, inter = 5632, layers = 18, vocab = 32000;
+  std::ofstream(dir / "src" / "config.json") << nlohmann::json({{"model_type", "llama"},
+                                                                {"hidden_size", hidden},
+                                                                {"intermediate_size", inter},
+                                                                {"num_hidden_layers", layers},
+                                                                {"num_attention_heads", 16},
+                                                                {"num_key_value_heads", 16},
+                                                                {"vocab_size", vocab},
+                                                                {"torch_dtype", "bfloat16"}})
+                                                    .dump();
+  std::vector<PlannedTensor> plan;
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    plan.push_back({name, "BF16", shape, n * 2});
+  };
+  add("model.embed_tokens.weight", {vocab, hidden});
+  add("lm_head.weight", {vocab, hidden});
+  add("model.norm.weight", {hidden});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"})
+      add(p + m + ".weight", {hidden, hidden});
+    add(p + "mlp.gate_proj.weight", {inter, hidden});
+    add(p + "mlp.up_proj.weight", {inter, hidden});
+    add(p + "mlp.down_proj.weight", {hidden, inter});
+    add(p + "input_layernorm.weight", {hidden});
+    add(p + "post_attention_layernorm.weight", {hidden});
+  }
+  size_t total = 0;
+  for (const PlannedTensor& t : plan) total += t.bytes;
+  ASSERT_GT(total, size_t{2000000000});
+  {
+    SafetensorsWriter file((dir / "src" / "model.safetensors").string(), plan, {});
+    std::vector<uint16_t> chunk(size_t{8} << 20);
+    uint64_t state = 88172645463325252ull;
+    for (const PlannedTensor& t : plan) {
+      for (size_t done = 0; done < t.bytes;) {
+        const size_t n = std::min(chunk.size() * 2, t.bytes - done);
+        for (size_t i = 0; i < n / 2; ++i) {  // small bf16 values of random sign and mantissa
+          state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+          chunk[i] = static_cast<uint16_t>((state & 0x807f) | ((0x3a + (state >> 20) % 4) << 7));
+        }
+        file.write(chunk.data(), n);
+        done += n;
+      }
+    }
+    file.finish();
+  }
+  RunResult r = run_kettle("convert " + (dir / "src").string() + " " + (dir / "q").string() + " -q --json");
+  struct rusage usage {};
+  ::getrusage(RUSAGE_CHILDREN, &usage);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double peak_gb = static_cast<double>(usage.ru_maxrss) * 1024 / 1e9;  // ru_maxrss is in KiB
+  RecordProperty("peak_rss_gb", std::to_string(peak_gb));
+  std::printf("converted %.2f GB of bf16 weights with a peak RSS of %.3f GB\n", static_cast<double>(total) / 1e9, peak_gb);
+  EXPECT_LT(peak_gb, 1.0);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["quantized"], 2 + 7 * layers);
+  fs::remove_all(dir);
 }
 
 }  // namespace
