@@ -39,6 +39,7 @@ namespace {
 struct BenchFlags {
   std::string model;
   std::string synthetic;
+  SyntheticQuantOption synthetic_quant;
   int prompt_tokens = 128;
   int gen_tokens = 32;
   int repetitions = 3;
@@ -261,7 +262,8 @@ int run_bench(const BenchFlags& f) {
     fail(ErrorCategory::kInvalidArgument, "bench: --depth applies to the pp/tg tests, not to --parallel");
   if (f.json) log::set_level(log::Level::kQuiet);
   Timer load_timer;
-  Model model = f.synthetic.empty() ? load_model(f.model) : make_synthetic_model(f.synthetic);
+  const SyntheticQuant quant = f.synthetic_quant.resolve(!f.synthetic.empty());
+  Model model = f.synthetic.empty() ? load_model(f.model) : make_synthetic_model(f.synthetic, 1, quant);
   log::info("model {} ready in {:.0f} ms ({:.2f} GB of weights)", model.source, load_timer.millis(), model.weight_bytes() / 1e9);
   const int64_t positions = f.depth + std::max<int64_t>(f.prompt_tokens, f.gen_tokens);
   if (model.spec.max_position_embeddings > 0 && positions > model.spec.max_position_embeddings)
@@ -346,6 +348,7 @@ Action register_bench(CLI::App& app) {
   app.add_option("--synthetic", f->synthetic,
                  "random weights of a real shape: llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, qwen2.5-0.5b, gemma-2-2b, qwen3-30b-a3b, mixtral-8x7b, tiny, "
                  "or a config.json path");
+  f->synthetic_quant.add_to(app);
   app.add_option("-p,--prompt-tokens", f->prompt_tokens, "prompt length of the prefill test")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("-g,--gen-tokens", f->gen_tokens, "tokens of the decode test")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("-r,--repetitions", f->repetitions, "runs of each test (mean ± sd reported)")->check(CLI::PositiveNumber)->capture_default_str();

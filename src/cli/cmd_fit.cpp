@@ -27,6 +27,7 @@ namespace {
 struct FitFlags {
   std::string model;
   std::string synthetic;
+  SyntheticQuantOption synthetic_quant;
   int64_t ctx = 0;  // 0: the model's own limit
   int64_t batch = 1;
   int tensor_parallel = 1;
@@ -86,7 +87,9 @@ int run_fit(const FitFlags& f) {
   if (!f.model.empty() && !f.synthetic.empty())
     fail(ErrorCategory::kInvalidArgument, "fit: give a model folder or --synthetic PRESET, not both");
   const std::string source = f.synthetic.empty() ? model_or_default(f.model) : "synthetic:" + f.synthetic;
-  const ModelSpec spec = f.synthetic.empty() ? load_model_config(source) : synthetic_spec(f.synthetic);
+  const ModelSpec spec = f.synthetic.empty() ? load_model_config(source)
+                                             : synthetic_spec(f.synthetic, f.synthetic_quant.resolve(true));
+  if (f.synthetic.empty()) f.synthetic_quant.resolve(false);
   const int64_t limit = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : int64_t{1} << 40;
   const int64_t ctx = f.ctx > 0 ? f.ctx : limit;
   if (ctx > limit) fail(ErrorCategory::kInvalidArgument, "--ctx {} is past the model's limit of {} positions", ctx, limit);
@@ -105,8 +108,9 @@ int run_fit(const FitFlags& f) {
     }
   } else {
     auto backend = make_backend(f.device.device, 1);
-    // Synthetic weights are bf16 on every device.
-    const WeightStorage weight_bytes = f.synthetic.empty() ? weight_storage(spec, *backend) : WeightStorage(2);
+    // Synthetic weights are bf16 (or quantized with their scales in bf16) on every device.
+    const WeightStorage weight_bytes =
+        f.synthetic.empty() ? weight_storage(spec, *backend) : WeightStorage(2, backend->runs(WeightScheme::kAffine));
     const MemoryDecision d = decide_memory(spec, !backend->host_memory(), weight_bytes, backend->kv_dtype(),
                                            measured_memory_bytes(*backend, f.tensor_parallel), flags);
     out.update(verdict(d, ctx, f.batch, limit));
@@ -151,6 +155,7 @@ Action register_fit(CLI::App& app) {
   auto f = std::make_shared<FitFlags>();
   app.add_option("model", f->model, "Hugging Face model folder (only config.json is read)");
   app.add_option("--synthetic", f->synthetic, "a preset shape (llama-3.1-8b, ...) or a config.json path instead");
+  f->synthetic_quant.add_to(app);
   app.add_option("--ctx", f->ctx, "positions per sequence (default: the model's limit)")->check(CLI::PositiveNumber);
   app.add_option("--batch", f->batch, "sequences held at once")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--tensor-parallel,--tp", f->tensor_parallel, "ranks the model is split over (as serve splits it)")

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "model/hf_cache.h"
+#include "tensor/affine_quant.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/thread_pool.h"
@@ -100,6 +101,24 @@ void ThreadOption::add_to(CLI::App& app) {
 }
 
 int ThreadOption::resolve() const { return threads > 0 ? threads : ThreadPool::default_threads(); }
+
+void SyntheticQuantOption::add_to(CLI::App& app) {
+  app.add_option("--q-bits", quant.bits,
+                 "with --synthetic: random affine-quantized weights of this many bits (2, 3, 4, 5, 6 or 8)");
+  app.add_option("--q-group-size", quant.group_size, "with --q-bits: weights per scale and bias (32, 64 or 128)")
+      ->capture_default_str();
+}
+
+SyntheticQuant SyntheticQuantOption::resolve(bool synthetic) const {
+  if (quant.bits == 0) return quant;
+  if (!synthetic) fail(ErrorCategory::kInvalidArgument, "--q-bits makes random weights: it goes with --synthetic");
+  if (!affine_bits_supported(quant.bits))
+    fail(ErrorCategory::kInvalidArgument, "--q-bits {}: affine quantization takes 2, 3, 4, 5, 6 or 8 bits", quant.bits);
+  if (!affine_group_size_supported(quant.group_size))
+    fail(ErrorCategory::kInvalidArgument, "--q-group-size {}: affine quantization takes groups of 32, 64 or 128",
+         quant.group_size);
+  return quant;
+}
 
 void DeviceOption::add_to(CLI::App& app) {
   app.add_option("--device", device,

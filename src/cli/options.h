@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "engine/request.h"
+#include "model/synthetic.h"
 
 namespace kettle::cli {
 
@@ -64,6 +65,14 @@ struct DeviceOption {
   std::string device = "auto";
   bool batch_invariant = true;
   void add_to(CLI::App& app);
+};
+
+// --q-bits B [--q-group-size G] beside --synthetic: random affine-quantized weights of the
+// shape (bench, fit); refused by name without --synthetic or with bits it cannot make.
+struct SyntheticQuantOption {
+  SyntheticQuant quant;
+  void add_to(CLI::App& app);
+  SyntheticQuant resolve(bool synthetic) const;
 };
 
 // --tensor-parallel N (--tp): the model split over N ranks, one backend each.

@@ -53,31 +53,45 @@ const std::map<std::string, const char*>& presets() {
   return kPresets;
 }
 
-// Random bf16 values of magnitude ~2^-7..2^-6 with random signs (norm weights: 1.0), filled
-// with xorshift on all cores: a 16 GB model fills in seconds.
-std::shared_ptr<void> fabricate(const std::string& name, const std::vector<int64_t>& shape, Tensor& out, uint64_t seed) {
+// Random values filled with xorshift on all cores (a 16 GB model fills in seconds): bf16
+// weights of magnitude ~2^-7..2^-6 with random signs (norm weights: 1.0); for a quantized
+// projection, random U32 codes, scales ~2^-9 and biases centring the codes on zero.
+std::shared_ptr<void> fabricate(const std::string& name, const std::vector<int64_t>& shape, DType dtype, Tensor& out,
+                                uint64_t seed, int bits) {
   int64_t numel = 1;
   for (auto d : shape) numel *= d;
-  auto buffer = std::make_shared<HostBuffer<uint16_t>>(static_cast<size_t>(numel));
+  const size_t words = dtype == DType::kU32 ? 2 : 1;  // u16 units per element
+  auto buffer = std::make_shared<HostBuffer<uint16_t>>(static_cast<size_t>(numel) * words);
   uint16_t* data = buffer->data();
-  const bool is_norm = name.find("norm") != std::string::npos;
+  const auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  const bool is_norm = name.find("norm") != std::string::npos, is_scale = ends_with(".scales"),
+             is_bias = ends_with(".biases");
+  const uint16_t scale = 0x3b00;  // 2^-9
+  const uint16_t bias = f32_to_bf16(-bf16_to_f32(scale) * static_cast<float>((1 << bits) - 1) / 2);
+  const int64_t units = numel * static_cast<int64_t>(words);
   const unsigned n_threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < n_threads; ++t) {
     threads.emplace_back([=] {
-      int64_t begin = numel * t / n_threads, end = numel * (t + 1) / n_threads;
+      int64_t begin = units * t / n_threads, end = units * (t + 1) / n_threads;
       uint64_t x = seed * 0x9E3779B97F4A7C15ull + std::hash<std::string>{}(name) + t * 0xBF58476D1CE4E5B9ull + 1;
       for (int64_t i = begin; i < end; ++i) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        data[i] = is_norm ? uint16_t{0x3f80} : static_cast<uint16_t>((x & 0x807f) | 0x3c00);
+        if (dtype == DType::kU32) data[i] = static_cast<uint16_t>(x);
+        else if (is_scale) data[i] = scale;
+        else if (is_bias) data[i] = bias;
+        else data[i] = is_norm ? uint16_t{0x3f80} : static_cast<uint16_t>((x & 0x807f) | 0x3c00);
       }
     });
   }
   for (auto& th : threads) th.join();
   out.data = data;
-  out.dtype = DType::kBF16;
+  out.dtype = dtype == DType::kU32 ? DType::kU32 : DType::kBF16;
   out.shape = shape;
   return buffer;
 }
@@ -90,7 +104,7 @@ std::vector<std::string> synthetic_presets() {
   return names;
 }
 
-ModelSpec synthetic_spec(const std::string& preset_or_config) {
+ModelSpec synthetic_spec(const std::string& preset_or_config, SyntheticQuant quant) {
   nlohmann::json config;
   std::string path;
   auto it = presets().find(preset_or_config);
@@ -105,17 +119,21 @@ ModelSpec synthetic_spec(const std::string& preset_or_config) {
     for (auto& name : synthetic_presets()) list += (list.empty() ? "" : ", ") + name;
     fail(ErrorCategory::kInvalidArgument, "--synthetic '{}' is neither a preset ({}) nor a config.json", preset_or_config, list);
   }
+  if (quant.bits != 0) config["quantization"] = {{"bits", quant.bits}, {"group_size", quant.group_size}};
   return parse_model_config(config, path);
 }
 
-Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed) {
+Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed, SyntheticQuant quant) {
   Model model;
   model.source = "synthetic:" + preset_or_config;
-  model.spec = synthetic_spec(preset_or_config);
+  model.spec = synthetic_spec(preset_or_config, quant);
+  if (quant.bits != 0 && model.spec.n_experts > 0)
+    fail(ErrorCategory::kUnsupported, "--q-bits: quantized mixture-of-experts weights are not supported yet");
   model.store = std::make_shared<WeightStore>(WeightStore::fabricated(
-      [seed](const std::string& name, const std::vector<int64_t>& shape, Tensor& out) {
-        return fabricate(name, shape, out, seed);
-      }));
+      [seed, bits = quant.bits](const std::string& name, const std::vector<int64_t>& shape, DType dtype, Tensor& out) {
+        return fabricate(name, shape, dtype, out, seed, bits);
+      },
+      quant.bits != 0));
   model.weights = bind_weights(model.spec, *model.store);
   return model;
 }

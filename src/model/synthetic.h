@@ -9,10 +9,17 @@
 
 namespace kettle {
 
+// Random affine-quantized projections and embeddings instead of bf16 ones (bits 0: none).
+struct SyntheticQuant {
+  int bits = 0;
+  int group_size = 64;
+};
+
 // A preset name (llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, ...) or a path to a config.json.
-Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed = 1);
-// The spec of a preset or config.json alone (no weights made).
-ModelSpec synthetic_spec(const std::string& preset_or_config);
+Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed = 1, SyntheticQuant quant = {});
+// The spec of a preset or config.json alone (no weights made), with quant's bits in its
+// quantization config.
+ModelSpec synthetic_spec(const std::string& preset_or_config, SyntheticQuant quant = {});
 std::vector<std::string> synthetic_presets();
 
 }  // namespace kettle

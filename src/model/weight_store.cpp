@@ -98,12 +98,24 @@ Tensor WeightStore::get(const std::string& name) const {
   return t;
 }
 
+bool WeightStore::contains(const std::string& name) const {
+  if (index_.count(name) != 0) return true;
+  const auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return fabricates_scales_ && (ends_with(".scales") || ends_with(".biases"));
+}
+
+void WeightStore::fabricate_if_missing(const std::string& name, const std::vector<int64_t>& shape, DType dtype) const {
+  if (!fabricator_ || index_.count(name) != 0) return;
+  Tensor made;
+  auto storage = fabricator_(name, shape, dtype, made);
+  add_owned(name, made, std::move(storage));
+}
+
 Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& shape) const {
-  if (fabricator_ && !contains(name)) {
-    Tensor made;
-    auto storage = fabricator_(name, shape, made);
-    add_owned(name, made, std::move(storage));
-  }
+  fabricate_if_missing(name, shape, DType::kBF16);
   Tensor t = get(name);
   check_shape(t, folder_, name, shape);
   return t;
@@ -112,6 +124,7 @@ Tensor WeightStore::get(const std::string& name, const std::vector<int64_t>& sha
 Tensor WeightStore::get_any(const std::string& name) const { return find_or_fail(index_, bad_dtype_, folder_, name); }
 
 Tensor WeightStore::get_codes(const std::string& name, const std::vector<int64_t>& shape) const {
+  fabricate_if_missing(name, shape, DType::kU32);
   Tensor t = find_or_fail(index_, bad_dtype_, folder_, name);
   if (t.dtype != DType::kU32)
     fail(ErrorCategory::kInvalidData, "{}: tensor '{}' has dtype {} beside its scales; quantized codes are U32",
@@ -126,8 +139,9 @@ std::vector<std::string> WeightStore::names() const {
   return out;
 }
 
-WeightStore WeightStore::fabricated(Fabricator fabricator) {
+WeightStore WeightStore::fabricated(Fabricator fabricator, bool quantized) {
   WeightStore store;
+  store.fabricates_scales_ = quantized;
   store.folder_ = "(synthetic)";
   store.fabricator_ = std::move(fabricator);
   return store;

@@ -17,7 +17,7 @@ class WeightStore {
   WeightStore() = default;
   static WeightStore open_folder(const std::string& folder);  // throws naming the missing/corrupt file
 
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  bool contains(const std::string& name) const;
   // The tensor, or an error naming it (and the folder) when it is absent or of a non-float dtype.
   Tensor get(const std::string& name) const;
   // Like get(), and checks the shape: an error names the tensor, the expected and the actual shape.
@@ -33,10 +33,12 @@ class WeightStore {
   // Tensors owned here (synthetic weights, converted copies).
   void add_owned(const std::string& name, Tensor tensor, std::shared_ptr<void> storage) const;
 
-  // A store with no files whose required tensors are made on first request (synthetic models).
+  // A store with no files whose required tensors are made on first request (synthetic models),
+  // of the dtype asked (bf16 through get(), U32 codes through get_codes()). With `quantized`,
+  // every projection has scales: it is made as an affine-quantized one.
   using Fabricator = std::function<std::shared_ptr<void>(const std::string& name, const std::vector<int64_t>& shape,
-                                                         Tensor& out)>;
-  static WeightStore fabricated(Fabricator fabricator);
+                                                         DType dtype, Tensor& out)>;
+  static WeightStore fabricated(Fabricator fabricator, bool quantized = false);
 
   const std::string& folder() const { return folder_; }
 
@@ -47,6 +49,8 @@ class WeightStore {
   mutable std::map<std::string, std::pair<Tensor, std::string>> index_;  // name -> (tensor, file)
   std::map<std::string, std::string> bad_dtype_;  // name -> dtype kettle cannot use
   Fabricator fabricator_;
+  bool fabricates_scales_ = false;
+  void fabricate_if_missing(const std::string& name, const std::vector<int64_t>& shape, DType dtype) const;
 };
 
 }  // namespace kettle
