@@ -184,7 +184,7 @@ struct GroupPart {
   const AffineScales* affine = nullptr;  // task.w: packed codes
 };
 
-// Rows [begin, end) of an affine weight: panels of `panel` rows (begin is a multiple of it,
+// Rows [begin, end) of an affine weight for sgemm: panels of `panel` rows (begin is a multiple of it,
 // so panels sit at fixed offsets whatever the thread split) dequantized into f32 scratch,
 // each then run as a dense f32 weight by fn.
 void affine_rows(RowsFn fn, const GroupPart& part, int64_t panel, int64_t begin, int64_t end) {
@@ -199,6 +199,7 @@ void affine_rows(RowsFn fn, const GroupPart& part, int64_t panel, int64_t begin,
     MatmulTask sub = t;
     sub.w = dense;
     sub.dtype = DType::kF32;
+    sub.affine = nullptr;
     sub.bias = t.bias != nullptr ? t.bias + r0 : nullptr;
     sub.out = t.out + r0;
     fn(sub, 0, rows);
@@ -235,7 +236,7 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
         for (int64_t r = 0; r < m; ++r) t.out[c * t.ldo + r] = bias ? bias[r] : 0.0f;
       continue;
     }
-    parts.push_back({MatmulTask{x, n, ldx, t.w->data, t.w->dtype, k, bias, t.out, t.ldo}, total, m, t.affine});
+    parts.push_back({MatmulTask{x, n, ldx, t.w->data, t.w->dtype, k, bias, t.out, t.ldo, t.affine}, total, m, t.affine});
     total += (m + granule - 1) / granule * granule;  // each weight starts on a granule boundary
   }
   if (parts.empty()) return;
@@ -246,7 +247,8 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
       int64_t b = std::max(begin, part.first_row) - part.first_row;
       int64_t e = std::min(end, part.first_row + part.rows) - part.first_row;
       if (b >= e) continue;
-      if (part.affine != nullptr) affine_rows(fn, part, granule, b, e);
+      // sgemm reads f32 panels; the kernels read codes themselves.
+      if (part.affine != nullptr && path == MatmulPath::kBlas) affine_rows(fn, part, granule, b, e);
       else fn(part.task, b, e);
     }
   };

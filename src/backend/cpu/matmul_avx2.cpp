@@ -33,7 +33,9 @@ struct LoadF32 {
 };
 
 struct TileArgs {
-  const void* w;   // weight row r0, element 0
+  const MatmulTask* task;
+  int64_t r0;      // the tile's first weight row
+  const void* w;   // weight row r0, element 0 (dense weights)
   int64_t ldw;     // = k
   const float* x;  // token row c0, element 0
   int64_t ldx;
@@ -45,6 +47,53 @@ struct TileArgs {
 };
 
 using TileFn = void (*)(const TileArgs&);
+
+// How a tile reads its weight rows: 8 elements at a time as f32. Dense rows widen their
+// type; k tails (k not a multiple of 8) go through a zero-padded copy.
+template <class L>
+struct DenseRows {
+  using T = typename L::T;
+  using Row = const T*;
+  static constexpr int64_t kElementBytes = sizeof(T);
+  static Row row(const TileArgs& a, int r) { return static_cast<const T*>(a.w) + r * a.ldw; }
+  static __m256 load(Row w, int64_t i) { return L::load(w + i); }
+  static __m256 load_tail(Row w, int64_t i, int64_t len) {
+    alignas(32) T wt[8];
+    std::memset(wt, 0, sizeof wt);
+    std::memcpy(wt, w + i, static_cast<size_t>(len) * sizeof(T));
+    return L::load(wt);
+  }
+};
+
+// Affine rows (B bits; 0: any width, a code at a time): codes widened to s · q + b with
+// their group's scale and bias. k is a multiple of 32, so there are no tails.
+template <int B>
+struct AffineRows {
+  using Row = AffineRowView;
+  static constexpr int64_t kElementBytes = 2;
+  static Row row(const TileArgs& a, int r) { return affine_row_view(*a.task, a.r0 + r); }
+  static __m256 load(Row& w, int64_t i) {
+    float scale, bias;
+    w.group(i / w.group_size, scale, bias);
+    __m256i q;
+    if constexpr (B == 8) {
+      q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.codes + i)));
+    } else if constexpr (B == 4) {
+      uint32_t word;
+      std::memcpy(&word, w.codes + i / 2, 4);
+      q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
+                                             _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                           _mm256_set1_epi32(15));
+    } else {
+      alignas(32) int32_t c[8];
+      for (int j = 0; j < 8; ++j)
+        c[j] = static_cast<int32_t>(affine_code(reinterpret_cast<const uint32_t*>(w.codes), w.bits, i + j));
+      q = _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+    }
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(scale), _mm256_set1_ps(bias));
+  }
+  static __m256 load_tail(Row& w, int64_t i, int64_t /*len*/) { return load(w, i); }
+};
 
 // 16 ymm registers: 4×2 decode tiles (8 accumulators) up to 2 tokens, 4×3
 // GEMM tiles (12) beyond; blocks as in matmul_avx512.cpp.
@@ -64,10 +113,9 @@ inline float reduce(__m256 v) {
 // itself, and then acc[][] lives in memory and the kernel runs 4× slower.
 template <class L, int R, int C>
 void tile(const TileArgs& a) {
-  using T = typename L::T;
-  const T* w[R];
+  typename L::Row w[R];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) w[r] = static_cast<const T*>(a.w) + r * a.ldw;
+  for (int r = 0; r < R; ++r) w[r] = L::row(a, r);
   const float* x[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) x[c] = a.x + c * a.ldx;
@@ -85,7 +133,7 @@ void tile(const TileArgs& a) {
     for (int c = 0; c < C; ++c) xv[c] = _mm256_loadu_ps(x[c] + i);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      __m256 wv = L::load(w[r] + i);
+      __m256 wv = L::load(w[r], i);
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
     }
@@ -93,7 +141,6 @@ void tile(const TileArgs& a) {
   if (i < a.k1) {
     int64_t len = a.k1 - i;
     alignas(32) float xt[8];
-    alignas(32) T wt[8];
     __m256 xv[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
@@ -103,9 +150,7 @@ void tile(const TileArgs& a) {
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      std::memset(wt, 0, sizeof wt);
-      std::memcpy(wt, w[r] + i, static_cast<size_t>(len) * sizeof(T));
-      __m256 wv = L::load(wt);
+      __m256 wv = L::load_tail(w[r], i, len);
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
     }
@@ -146,8 +191,7 @@ struct Blocking {
 template <class L, int R, int C>
 void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blocking& b) {
   static constexpr auto kTable = tile_table<L, C>(std::make_index_sequence<R>{});
-  using T = typename L::T;
-  const T* w = static_cast<const T*>(t.w);
+  const auto* w = static_cast<const uint8_t*>(t.w);
   for (int64_t t0 = 0; t0 < t.n; t0 += b.tokens) {
     int64_t t1 = std::min(t.n, t0 + b.tokens);
     for (int64_t b0 = row_begin; b0 < row_end; b0 += b.rows) {
@@ -158,7 +202,9 @@ void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blo
           int64_t cc = std::min<int64_t>(C, t1 - c0);
           for (int64_t r0 = b0; r0 < b1; r0 += R) {
             int64_t rr = std::min<int64_t>(R, b1 - r0);
-            TileArgs a{w + r0 * t.k,
+            TileArgs a{&t,
+                       r0,
+                       w + r0 * t.k * L::kElementBytes,
                        t.k,
                        t.x + c0 * t.ldx,
                        t.ldx,
@@ -182,7 +228,7 @@ void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
     run_rows<L, 4, 2>(t, row_begin, row_end, Blocking{t.n, 4, kGemmK});
     return;
   }
-  int64_t rows = kGemmRows * 2 / static_cast<int64_t>(sizeof(typename L::T));
+  int64_t rows = kGemmRows * 2 / L::kElementBytes;
   run_rows<L, 4, 3>(t, row_begin, row_end, Blocking{kGemmTokens, rows, kGemmK});
 }
 
@@ -191,13 +237,15 @@ void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
 void matmul_rows_avx2(const MatmulTask& task, int64_t row_begin, int64_t row_end) {
   switch (task.dtype) {
     case DType::kBF16:
-      return matmul_rows<LoadBf16>(task, row_begin, row_end);
+      return matmul_rows<DenseRows<LoadBf16>>(task, row_begin, row_end);
     case DType::kF16:
-      return matmul_rows<LoadF16>(task, row_begin, row_end);
+      return matmul_rows<DenseRows<LoadF16>>(task, row_begin, row_end);
     case DType::kF32:
-      return matmul_rows<LoadF32>(task, row_begin, row_end);
-    case DType::kU32:  // packed codes: cpu_matmul dequantizes them before a kernel sees them
-      return;
+      return matmul_rows<DenseRows<LoadF32>>(task, row_begin, row_end);
+    case DType::kU32:
+      if (task.affine->bits == 4) return matmul_rows<AffineRows<4>>(task, row_begin, row_end);
+      if (task.affine->bits == 8) return matmul_rows<AffineRows<8>>(task, row_begin, row_end);
+      return matmul_rows<AffineRows<0>>(task, row_begin, row_end);
   }
 }
 

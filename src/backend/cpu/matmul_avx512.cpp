@@ -41,7 +41,9 @@ struct LoadF32 {
 
 // One register tile over the k range [k0, k1) of a k-block.
 struct TileArgs {
-  const void* w;   // weight row r0, element 0
+  const MatmulTask* task;
+  int64_t r0;      // the tile's first weight row
+  const void* w;   // weight row r0, element 0 (dense weights)
   int64_t ldw;     // = k
   const float* x;  // token row c0, element 0
   int64_t ldx;
@@ -53,6 +55,47 @@ struct TileArgs {
 };
 
 using TileFn = void (*)(const TileArgs&);
+
+// How a tile reads its weight rows: 16 elements at a time as f32 (tails masked).
+template <class L>
+struct DenseRows {
+  using T = typename L::T;
+  using Row = const T*;
+  static constexpr int64_t kElementBytes = sizeof(T);
+  static Row row(const TileArgs& a, int r) { return static_cast<const T*>(a.w) + r * a.ldw; }
+  static __m512 load(Row w, int64_t i) { return L::load(w + i); }
+  static __m512 load_tail(Row w, int64_t i, __mmask16 mask) { return L::load_tail(w + i, mask); }
+};
+
+// Affine rows (B bits; 0: any width, a code at a time): codes widened to s · q + b with
+// their group's scale and bias. k is a multiple of 32, so there are no tails.
+template <int B>
+struct AffineRows {
+  using Row = AffineRowView;
+  static constexpr int64_t kElementBytes = 2;
+  static Row row(const TileArgs& a, int r) { return affine_row_view(*a.task, a.r0 + r); }
+  static __m512 load(Row& w, int64_t i) {
+    float scale, bias;
+    w.group(i / w.group_size, scale, bias);
+    __m512i q;
+    if constexpr (B == 8) {
+      q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.codes + i)));
+    } else if constexpr (B == 4) {
+      long long pair;
+      std::memcpy(&pair, w.codes + i / 2, 8);
+      const __m128i v = _mm_cvtsi64_si128(pair), low = _mm_set1_epi8(15);
+      const __m128i lo = _mm_and_si128(v, low), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low);
+      q = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));  // element 2j: low nibble of byte j
+    } else {
+      alignas(64) int32_t c[16];
+      for (int j = 0; j < 16; ++j)
+        c[j] = static_cast<int32_t>(affine_code(reinterpret_cast<const uint32_t*>(w.codes), w.bits, i + j));
+      q = _mm512_load_si512(c);
+    }
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(scale), _mm512_set1_ps(bias));
+  }
+  static __m512 load_tail(Row& w, int64_t i, __mmask16 /*mask*/) { return load(w, i); }
+};
 
 // Measured with bench/matmul_bench.cpp on Zen 5 (48 KiB L1d, 1 MiB L2): the
 // 8×3 decode tiles beat the 4×6 GEMM tiles up to 3 tokens and lose from 4.
@@ -83,10 +126,9 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // itself, and then acc[][] lives in memory and the kernel runs 4× slower.
 template <class L, int R, int C>
 void tile(const TileArgs& a) {
-  using T = typename L::T;
-  const T* w[R];
+  typename L::Row w[R];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) w[r] = static_cast<const T*>(a.w) + r * a.ldw;
+  for (int r = 0; r < R; ++r) w[r] = L::row(a, r);
   const float* x[C];
 #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) x[c] = a.x + c * a.ldx;
@@ -104,7 +146,7 @@ void tile(const TileArgs& a) {
     for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_ps(x[c] + i);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      __m512 wv = L::load(w[r] + i);
+      __m512 wv = L::load(w[r], i);
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
     }
@@ -118,7 +160,7 @@ void tile(const TileArgs& a) {
     for (int c = 0; c < C; ++c) xv[c] = _mm512_maskz_loadu_ps(mask, x[c] + i);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      __m512 wv = L::load_tail(w[r] + i, mask);
+      __m512 wv = L::load_tail(w[r], i, mask);
 #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
     }
@@ -174,8 +216,7 @@ constexpr std::array<std::array<TileFn, C>, sizeof...(Rs)> tile_table(std::index
 template <class L, int R, int C>
 void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blocking& b) {
   static constexpr auto kTable = tile_table<L, C>(std::make_index_sequence<R>{});
-  using T = typename L::T;
-  const T* w = static_cast<const T*>(t.w);
+  const auto* w = static_cast<const uint8_t*>(t.w);
   for (int64_t t0 = 0; t0 < t.n; t0 += b.tokens) {
     int64_t t1 = std::min(t.n, t0 + b.tokens);
     for (int64_t b0 = row_begin; b0 < row_end; b0 += b.rows) {
@@ -186,7 +227,9 @@ void run_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end, const Blo
           int64_t cc = std::min<int64_t>(C, t1 - c0);
           for (int64_t r0 = b0; r0 < b1; r0 += R) {
             int64_t rr = std::min<int64_t>(R, b1 - r0);
-            TileArgs a{w + r0 * t.k,
+            TileArgs a{&t,
+                       r0,
+                       w + r0 * t.k * L::kElementBytes,
                        t.k,
                        t.x + c0 * t.ldx,
                        t.ldx,
@@ -213,7 +256,7 @@ void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
     return;
   }
   // f32 weights take twice the bytes: half the rows keep the block's size.
-  int64_t rows = kGemmRows * 2 / static_cast<int64_t>(sizeof(typename L::T));
+  int64_t rows = kGemmRows * 2 / L::kElementBytes;
   run_rows<L, 4, 6>(t, row_begin, row_end, Blocking{kGemmTokens, rows, kGemmK});
 }
 
@@ -222,13 +265,15 @@ void matmul_rows(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
 void matmul_rows_avx512(const MatmulTask& task, int64_t row_begin, int64_t row_end) {
   switch (task.dtype) {
     case DType::kBF16:
-      return matmul_rows<LoadBf16>(task, row_begin, row_end);
+      return matmul_rows<DenseRows<LoadBf16>>(task, row_begin, row_end);
     case DType::kF16:
-      return matmul_rows<LoadF16>(task, row_begin, row_end);
+      return matmul_rows<DenseRows<LoadF16>>(task, row_begin, row_end);
     case DType::kF32:
-      return matmul_rows<LoadF32>(task, row_begin, row_end);
-    case DType::kU32:  // packed codes: cpu_matmul dequantizes them before a kernel sees them
-      return;
+      return matmul_rows<DenseRows<LoadF32>>(task, row_begin, row_end);
+    case DType::kU32:
+      if (task.affine->bits == 4) return matmul_rows<AffineRows<4>>(task, row_begin, row_end);
+      if (task.affine->bits == 8) return matmul_rows<AffineRows<8>>(task, row_begin, row_end);
+      return matmul_rows<AffineRows<0>>(task, row_begin, row_end);
   }
 }
 

@@ -52,6 +52,12 @@ void matmul_rows_generic(const MatmulTask& t, int64_t row_begin, int64_t row_end
     for (int64_t k0 = 0; k0 < t.k; k0 += kKBlock) {
       int64_t len = std::min(kKBlock, t.k - k0);
       for (int r = 0; r < rr; ++r) {
+        if (t.affine != nullptr) {
+          const AffineScales& a = *t.affine;
+          const Tensor codes{t.w, DType::kU32, {r0 + r + 1, t.k * a.bits / 32}};
+          affine_dequantize(affine_row(codes, a.scales, a.biases, r0 + r), a.bits, a.group_size, k0, len, strip[r]);
+          continue;
+        }
         const char* row = static_cast<const char*>(t.w) + (r0 + r) * t.k * static_cast<int64_t>(elem);
         widen(row, t.dtype, k0, len, strip[r]);
       }

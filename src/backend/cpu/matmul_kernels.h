@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
+#include "backend/linear.h"
+#include "tensor/affine_quant.h"
 #include "tensor/dtype.h"
 
 namespace kettle {
@@ -21,7 +24,57 @@ struct MatmulTask {
   const float* bias = nullptr;  // [m] f32, or nullptr
   float* out = nullptr;         // [n, m], row stride ldo
   int64_t ldo = 0;
+  // With affine parts, w holds packed codes (dtype kU32) of rows of k elements: the
+  // kernels widen each 8 or 16 of them to s · q + b as they load them, so the sums are
+  // those of a dense f32 weight of the dequantized values (k is a multiple of 32).
+  const AffineScales* affine = nullptr;
 };
+
+// One row of an affine task as the kernels' loaders read it.
+struct AffineRowView {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const uint8_t* biases = nullptr;
+  DType dtype = DType::kBF16;
+  int group_size = 0;
+  int bits = 0;
+
+  // The group's scale and bias, widened once per group as a tile walks along k.
+  void group(int64_t g, float& s, float& b) {
+    if (g != cached_group) {
+      cached_group = g;
+      cached_scale = value(scales, g);
+      cached_bias = value(biases, g);
+    }
+    s = cached_scale;
+    b = cached_bias;
+  }
+  int64_t cached_group = -1;
+  float cached_scale = 0, cached_bias = 0;
+  float value(const uint8_t* p, int64_t g) const {
+    uint16_t h;
+    switch (dtype) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, p + 4 * g, 4);
+        return f;
+      }
+      case DType::kF16: std::memcpy(&h, p + 2 * g, 2); return f16_to_f32(h);
+      default: std::memcpy(&h, p + 2 * g, 2); return bf16_to_f32(h);
+    }
+  }
+};
+
+inline AffineRowView affine_row_view(const MatmulTask& t, int64_t row) {
+  const AffineScales& a = *t.affine;
+  const size_t sb_row = static_cast<size_t>(a.scales.dim(1)) * dtype_size(a.scales.dtype);
+  return {static_cast<const uint8_t*>(t.w) + static_cast<size_t>(row * t.k * a.bits / 8),
+          static_cast<const uint8_t*>(a.scales.data) + static_cast<size_t>(row) * sb_row,
+          static_cast<const uint8_t*>(a.biases.data) + static_cast<size_t>(row) * sb_row,
+          a.scales.dtype,
+          a.group_size,
+          a.bits};
+}
 
 // Computes out[:, row_begin:row_end]. Every output is summed in an order that
 // depends only on k (not on the row range), so any split gives the same bits.
