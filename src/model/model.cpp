@@ -30,8 +30,9 @@ size_t Model::weight_bytes() const { return weight_bytes_read(false); }
 
 size_t Model::decode_bytes_per_token() const { return weight_bytes_read(true); }
 
-// All weights (tied tensors once), or with `routed_share` a MoE layer's experts counted at
-// top_k / n_experts of their bytes: what one token's forward reads of them.
+// All weights (tied tensors once), or with `routed_share` what one token's forward reads of
+// them: a MoE layer's experts counted at top_k / n_experts of their bytes, the embedding
+// table not at all.
 size_t Model::weight_bytes_read(bool routed_share) const {
   std::set<const void*> seen;
   size_t total = 0;
@@ -44,6 +45,7 @@ size_t Model::weight_bytes_read(bool routed_share) const {
     count(l.affine.biases);
   };
   count_linear(weights.lm_head);
+  if (!routed_share) count_linear(weights.embed);  // a token's forward reads one row of it
   count(weights.final_norm);
   for (const auto& l : weights.layers) {
     for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count_linear(*p);

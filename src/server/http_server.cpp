@@ -189,7 +189,8 @@ void HttpServer::answer_stored_response(http::Exchange& ex, const std::string& i
 }
 
 ModelCard HttpServer::model_card() const {
-  ModelCard card{config_.model_id, config_.context_length, {"completion"}, config_.sampling, config_.default_max_tokens};
+  ModelCard card{config_.model_id,      config_.context_length, config_.weight_bytes, config_.quantization,
+                 {"completion"},         config_.sampling,       config_.default_max_tokens};
   if (config_.embedding) {
     card.capabilities = {"embedding"};
     return card;

@@ -36,6 +36,8 @@ namespace kettle::server {
 struct ServerConfig {
   std::string model_id;            // the folder name, reported by /v1/models
   int64_t context_length = 0;      // max_position_embeddings
+  size_t weight_bytes = 0;         // as the checkpoint holds them (quantized: codes, scales, biases)
+  QuantSummary quantization;       // bits 0: float weights
   int64_t vocab_size = 0;
   std::vector<int32_t> end_ids;    // the model's end-of-sequence ids (a constrained output ends with one)
   int64_t default_max_tokens = 0;  // for requests without max_tokens; 0: to EOS or the context (as KV allows)

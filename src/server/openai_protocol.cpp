@@ -279,6 +279,12 @@ json openai_model(const ModelCard& card) {
           {"owned_by", "kettle"},
           {"context_window", card.context_length},
           {"max_model_len", card.context_length},  // vLLM's name for it
+          {"weight_bytes", card.weight_bytes},
+          {"quantization", card.quantization.bits == 0
+                               ? json(nullptr)
+                               : json{{"mode", "affine"},
+                                      {"bits", card.quantization.bits},
+                                      {"group_size", card.quantization.group_size}}},
           {"capabilities", card.capabilities},
           {"defaults",
            {{"temperature", d.temperature},

@@ -40,9 +40,17 @@ std::unique_ptr<ResponseWriter> make_openai_writer(ResponseMeta meta, const Comp
 
 // The model list of GET /v1/models.
 // What /v1/models and /v1/models/{id} tell of the served model beyond OpenAI's four fields.
+// A quantized checkpoint's default bits and group size as /v1/models reports them.
+struct QuantSummary {
+  int bits = 0;  // 0: float weights
+  int group_size = 0;
+};
+
 struct ModelCard {
   std::string id;
   int64_t context_length = 0;
+  size_t weight_bytes = 0;
+  QuantSummary quantization;
   std::vector<std::string> capabilities;  // "completion", "chat", "tools", "thinking"
   SamplingParams defaults;                // what a request that sets no sampling field gets
   int64_t default_max_tokens = 0;
