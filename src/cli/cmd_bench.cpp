@@ -346,7 +346,7 @@ Action register_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   app.add_option("model", f->model, "Hugging Face model folder");
   app.add_option("--synthetic", f->synthetic,
-                 "random weights of a real shape: llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, qwen2.5-0.5b, gemma-2-2b, qwen3-30b-a3b, mixtral-8x7b, tiny, "
+                 "random weights of a real shape: llama-3.2-1b, llama-3.1-8b, llama-3.1-70b, qwen3-0.6b, qwen2.5-0.5b, gemma-2-2b, qwen3-30b-a3b, mixtral-8x7b, tiny, "
                  "or a config.json path");
   f->synthetic_quant.add_to(app);
   app.add_option("-p,--prompt-tokens", f->prompt_tokens, "prompt length of the prefill test")->check(CLI::PositiveNumber)->capture_default_str();

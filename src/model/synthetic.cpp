@@ -28,6 +28,11 @@ const std::map<std::string, const char*>& presets() {
         "rms_norm_eps":1e-5,"tie_word_embeddings":false,"rope_theta":500000.0,
         "rope_scaling":{"factor":8.0,"high_freq_factor":4.0,"low_freq_factor":1.0,
         "original_max_position_embeddings":8192,"rope_type":"llama3"}})"},
+      {"llama-3.1-70b", R"({"model_type":"llama","vocab_size":128256,"hidden_size":8192,"intermediate_size":28672,
+        "num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":131072,
+        "rms_norm_eps":1e-5,"tie_word_embeddings":false,"rope_theta":500000.0,
+        "rope_scaling":{"factor":8.0,"high_freq_factor":4.0,"low_freq_factor":1.0,
+        "original_max_position_embeddings":8192,"rope_type":"llama3"}})"},
       {"qwen3-0.6b", R"({"model_type":"qwen3","vocab_size":151936,"hidden_size":1024,"intermediate_size":3072,
         "num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
         "max_position_embeddings":40960,"rms_norm_eps":1e-6,"tie_word_embeddings":true,"rope_theta":1000000.0})"},
@@ -119,7 +124,10 @@ ModelSpec synthetic_spec(const std::string& preset_or_config, SyntheticQuant qua
     for (auto& name : synthetic_presets()) list += (list.empty() ? "" : ", ") + name;
     fail(ErrorCategory::kInvalidArgument, "--synthetic '{}' is neither a preset ({}) nor a config.json", preset_or_config, list);
   }
-  if (quant.bits != 0) config["quantization"] = {{"bits", quant.bits}, {"group_size", quant.group_size}};
+  if (quant.bits != 0) {
+    config["quantization"] = {{"bits", quant.bits}, {"group_size", quant.group_size}};
+    if (!config.contains("torch_dtype")) config["torch_dtype"] = "bfloat16";  // its scales and biases
+  }
   return parse_model_config(config, path);
 }
 

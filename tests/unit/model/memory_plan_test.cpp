@@ -34,10 +34,11 @@ TEST(MemoryPlan, MoePresetsMatchTheirPublishedSizes) {
 // (2 layers of 8 experts, top 2, hidden 64, expert width 48, bf16) reads 6 of 8 experts less.
 TEST(MemoryPlan, DecodeReadsOnlyTheChosenExpertsShare) {
   const Model model = load_model(std::string(KETTLE_TEST_DATA) + "/goldens/qwen3_moe/model");
-  const size_t expert_bytes = size_t{3} * 64 * 48 * 2;
-  EXPECT_EQ(model.weight_bytes() - model.decode_bytes_per_token(), size_t{2} * (8 - 2) * expert_bytes);
+  // A token reads top_k of n experts and one row of the (untied) embedding table.
+  const size_t expert_bytes = size_t{3} * 64 * 48 * 2, table_bytes = size_t{512} * 64 * 2;
+  EXPECT_EQ(model.weight_bytes() - model.decode_bytes_per_token(), size_t{2} * (8 - 2) * expert_bytes + table_bytes);
   const Model dense = make_synthetic_model("tiny");
-  EXPECT_EQ(dense.decode_bytes_per_token(), dense.weight_bytes());
+  EXPECT_EQ(dense.weight_bytes() - dense.decode_bytes_per_token(), table_bytes);
 }
 
 TEST(MemoryPlan, Llama31_8bWeightsAndKvMatchItsPublishedSize) {
@@ -52,6 +53,22 @@ TEST(MemoryPlan, Llama31_8bWeightsAndKvMatchItsPublishedSize) {
   EXPECT_LE(plan.total_bytes(longest, 4), device);
   EXPECT_GT(plan.total_bytes(longest + 1, 4), device);
   EXPECT_EQ(plan.max_context(plan.weight_bytes, 1), 0);
+}
+
+TEST(MemoryPlan, QuantizedMatricesCountTheirCodesScalesAndBiases) {
+  // llama-3.1-8b at 4 bits in groups of 64: every matrix (embedding and head included) at
+  // half a byte per weight plus a bf16 scale and bias per 64; the 266,240 norm weights stay bf16.
+  const ModelSpec spec = synthetic_spec("llama-3.1-8b", {4, 64});
+  const size_t norms = 32 * 2 * 4096 + 4096, matrices = size_t{8030261248} - norms;
+  EXPECT_EQ(plan_memory(spec, 1, WeightStorage(2, true), 2).weight_bytes, matrices / 2 + matrices / 64 * 4 + norms * 2);
+  // A backend that widens them keeps bf16.
+  EXPECT_EQ(plan_memory(spec, 1, WeightStorage(2, false), 2).weight_bytes, size_t{8030261248} * 2);
+  // A module the config leaves at 8 bits counts at 8.
+  ModelSpec mixed = spec;
+  mixed.quant.modules["lm_head"] = {true, 8, 64};
+  const size_t head = size_t{128256} * 4096;
+  EXPECT_EQ(plan_memory(mixed, 1, WeightStorage(2, true), 2).weight_bytes - plan_memory(spec, 1, WeightStorage(2, true), 2).weight_bytes,
+            head / 2);
 }
 
 // Bytes of every distinct tensor a model (or shard) holds: a view of other rows is its own
