@@ -152,6 +152,31 @@ TEST_P(QuantizedGoldenTest, ForwardEqualsTheDequantizedDenseModel) {
   fs::remove_all(work);
 }
 
+// CUDA has no quantized kernels yet: the runner widens affine weights to bf16 as they load.
+// The logits must then be the CPU's within the bf16 tolerance of the CUDA goldens.
+TEST_P(QuantizedGoldenTest, CudaRunsTheWeightsWidenedToBf16) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (or kettle built without CUDA)";
+  const std::string name = GetParam();
+  if (is_moe(name)) GTEST_SKIP() << "quantized mixture-of-experts weights are refused (tested above)";
+  const fs::path work = fs::path(::testing::TempDir()) / ("kettle-quantized-cuda-" + case_label(name));
+  fs::remove_all(work);
+  QuantizeOptions options;
+  options.bits = 8;
+  options.group_size = 32;
+  quantize_checkpoint(model_dir(name), (work / "q").string(), options);
+  const Model model = load_model((work / "q").string());
+  const Golden g = read_golden(case_dir(name));
+  const std::vector<float> cpu = prompt_logits(model, g);
+  auto cuda = make_backend("cuda", 1);
+  StandaloneRunner standalone = make_standalone_runner(model, {cuda.get()});
+  KvCache kv = standalone->new_cache();
+  std::vector<float> gpu(g.logits.size(), NAN);
+  standalone->forward(g.prompt.data(), g.positions, kv, LogitsFor::kAllTokens, gpu.data());
+  for (int64_t p = 0; p < g.positions; ++p)
+    EXPECT_LE(relative_error(gpu.data() + p * g.vocab, cpu.data() + p * g.vocab, g.vocab), 2e-2) << "position " << p;
+  fs::remove_all(work);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, QuantizedGoldenTest, ::testing::ValuesIn([] {
                            std::vector<std::string> tiny;
                            for (const std::string& n : case_names())
