@@ -26,6 +26,38 @@ QuantParams parse_params(const json& j, const std::string& where, const std::str
   return p;
 }
 
+// AWQ (AutoAWQ's GEMM packing) and GPTQ (without act-order): 4-bit (GPTQ also 2 and 8),
+// groups of 32, 64 or 128.
+QuantConfig parse_zero_point_config(const json& q, const std::string& key, const std::string& path) {
+  const std::string method = q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q["quant_method"].dump();
+  const auto refuse = [&](const std::string& what) {
+    fail(ErrorCategory::kUnsupported, "{}: {}: {}; kettle loads MLX affine, AWQ (GEMM) and GPTQ checkpoints", path, key, what);
+  };
+  QuantConfig config;
+  if (method == "awq") config.method = QuantMethod::kAwq;
+  else if (method == "gptq") config.method = QuantMethod::kGptq;
+  else refuse("quant_method '" + method + "' is not supported");
+  const std::string where = "'" + key + "'";
+  const int bits = q.value("bits", q.value("w_bit", 0));
+  const int group = q.value("group_size", q.value("q_group_size", 0));
+  json params = {{"bits", bits}, {"group_size", group}};
+  if (config.method == QuantMethod::kAwq) {
+    if (bits != 4) refuse("AWQ with " + std::to_string(bits) + " bits (AWQ checkpoints are 4-bit)");
+    const std::string version = q.value("version", "gemm");
+    if (version != "gemm" && version != "GEMM") refuse("AWQ version '" + version + "' (kettle reads the GEMM packing)");
+    if (!q.value("zero_point", true)) refuse("AWQ without zero points");
+  } else {
+    if (bits != 2 && bits != 4 && bits != 8) refuse("GPTQ with " + std::to_string(bits) + " bits (kettle reads 2, 4 and 8)");
+    if (q.value("desc_act", false)) refuse("GPTQ with desc_act (act-order groups are not contiguous)");
+    const std::string format = q.value("checkpoint_format", "gptq");
+    if (format != "gptq" && format != "gptq_v2") refuse("GPTQ checkpoint_format '" + format + "'");
+    config.gptq_stored_zero_minus_one = format == "gptq";
+  }
+  if (group <= 0) refuse("group_size " + std::to_string(group) + " (per-channel scales are not supported yet)");
+  config.defaults = parse_params(params, where, path);
+  return config;
+}
+
 }  // namespace
 
 QuantParams QuantConfig::for_module(const std::string& path) const {
@@ -39,14 +71,10 @@ QuantConfig parse_quant_config(const json& c, const std::string& path) {
   if (!c.contains(key) || c[key].is_null()) return config;
   const json& q = c[key];
   if (!q.is_object()) fail(ErrorCategory::kInvalidData, "{}: '{}' is not an object", path, key);
-  if (q.contains("quant_method")) {
-    const std::string method = q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q["quant_method"].dump();
-    fail(ErrorCategory::kUnsupported,
-         "{}: {}.quant_method is '{}'; kettle loads MLX affine checkpoints ('quantization' with bits and group_size) "
-         "and float ones", path, key, method);
-  }
+  if (q.contains("quant_method")) return parse_zero_point_config(q, std::string(key), path);
   if (q.contains("mode") && q["mode"] != "affine")
     fail(ErrorCategory::kUnsupported, "{}: {}.mode is {}; kettle loads the affine mode", path, key, q["mode"].dump());
+  config.method = QuantMethod::kMlxAffine;
   config.defaults = parse_params(q, std::string("'") + key + "'", path);
   for (const auto& [name, value] : q.items()) {
     if (name == "bits" || name == "group_size" || name == "mode") continue;

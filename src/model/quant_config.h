@@ -1,11 +1,15 @@
-// What config.json says of a quantized checkpoint. MLX's affine layout (the
-// "quantization" object, mirrored as "quantization_config"): a default
-// {bits, group_size} and per-module overrides keyed by the module's path
-// ("model.layers.0.mlp.down_proj": {"bits": 8, "group_size": 64}, or false for
-// a module left unquantized). As MLX loads it, a module is quantized when the
-// checkpoint holds its `.scales`; the config gives its bits and group size.
-// Other methods (quant_method awq, gptq, fp8, …) and other MLX modes are refused
-// by name.
+// What config.json says of a quantized checkpoint.
+// - MLX's affine layout (the "quantization" object, mirrored as
+//   "quantization_config"): a default {bits, group_size} and per-module overrides
+//   keyed by the module's path ("model.layers.0.mlp.down_proj": {"bits": 8,
+//   "group_size": 64}, or false for a module left unquantized). As MLX loads it, a
+//   module is quantized when the checkpoint holds its `.scales`.
+// - AWQ and GPTQ ("quantization_config" with quant_method awq / gptq): integer codes
+//   with a zero point per group, w = s · (q − z), which is affine (scale s, bias
+//   −s · z): repacked at load (model/zero_point_repack.h). A module is quantized when
+//   the checkpoint holds its `.qweight`.
+// Other methods (fp8, bitsandbytes, …), other MLX modes and variants these loaders
+// cannot read (AWQ's GEMV packing, GPTQ's act-order) are refused by name.
 #pragma once
 
 #include <map>
@@ -21,9 +25,13 @@ struct QuantParams {
   int group_size = 0;
 };
 
+enum class QuantMethod { kNone, kMlxAffine, kAwq, kGptq };
+
 struct QuantConfig {
+  QuantMethod method = QuantMethod::kNone;
   QuantParams defaults;                        // quantized == false: the config names no quantization
   std::map<std::string, QuantParams> modules;  // module path → its own params
+  bool gptq_stored_zero_minus_one = true;      // GPTQ's original format keeps z − 1 (checkpoint_format "gptq")
 
   bool present() const { return defaults.quantized; }
   // The params of module `path` ("model.layers.3.self_attn.q_proj", "lm_head").

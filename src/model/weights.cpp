@@ -6,17 +6,25 @@
 #include <fmt/format.h>
 
 #include "model/arch/arch_table.h"
+#include "model/zero_point_repack.h"
 #include "util/error.h"
 
 namespace kettle {
 namespace {
 
 // The module at `path` ("model.layers.0.self_attn.q_proj", "lm_head") as a Linear [out, in]:
-// dense (path.weight), or affine when the checkpoint holds path.scales (as MLX decides),
-// its bits and group size from config.json and every part's shape checked against them.
+// dense (path.weight); affine when the checkpoint holds path.scales (as MLX decides), its
+// bits and group size from config.json and every part's shape checked against them; AWQ
+// or GPTQ (path.qweight) repacked into the affine layout.
 Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out,
                    int64_t in) {
   Linear l;
+  if (store.contains(path + ".qweight")) {
+    if (quant.method != QuantMethod::kAwq && quant.method != QuantMethod::kGptq)
+      fail(ErrorCategory::kInvalidData, "{}: tensor '{}.qweight' is an AWQ or GPTQ weight's, but config.json's "
+           "quantization_config names neither", store.folder(), path);
+    return repack_zero_point(store, quant, path, out, in);
+  }
   if (!store.contains(path + ".scales")) {
     l.weight = store.get(path + ".weight", {out, in});
     return l;
@@ -49,6 +57,8 @@ class Binder {
       : store_(store), quant_(quant), prefix_(fmt::format("{}layers.{}.", model_prefix, layer)) {}
 
   bool has(const std::string& suffix) const { return store_.contains(prefix_ + suffix); }
+  // A projection in any of its layouts (float or MLX .weight, AWQ/GPTQ .qweight).
+  bool has_linear(const std::string& name) const { return has(name + ".weight") || has(name + ".qweight"); }
   Tensor need(const std::string& suffix, std::vector<int64_t> shape) const { return store_.get(prefix_ + suffix, shape); }
   Tensor maybe(const std::string& suffix, std::vector<int64_t> shape) const {
     return has(suffix) ? need(suffix, std::move(shape)) : Tensor{};
@@ -62,11 +72,16 @@ class Binder {
     l.bias = bias == Bias::kRequired ? need(name + ".bias", {out}) : maybe(name + ".bias", {out});
     return l;
   }
+  void refuse_zero_point(const std::string& module) const {
+    if (has(module + ".qweight")) refuse_quantized_module(module);
+  }
   // A tensor the generic forward reads as floats; a quantized one is refused by name.
   void refuse_quantized(const std::string& module) const {
-    if (has(module + ".scales"))
-      fail(ErrorCategory::kUnsupported, "{}: '{}{}' is quantized; quantized mixture-of-experts weights (router and "
-           "experts) are not supported yet", store_.folder(), prefix_, module);
+    if (has(module + ".scales")) refuse_quantized_module(module);
+  }
+  [[noreturn]] void refuse_quantized_module(const std::string& module) const {
+    fail(ErrorCategory::kUnsupported, "{}: '{}{}' is quantized; quantized mixture-of-experts weights (router and "
+         "experts) are not supported yet", store_.folder(), prefix_, module);
   }
 
  private:
@@ -85,7 +100,7 @@ Tensor expert_slice(const Tensor& stacked, int64_t e) {
 
 void bind_attention(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
   const int64_t h = s.hidden_size, q = s.q_size(), kv = s.kv_size();
-  if (b.has("self_attn.qkv_proj.weight")) {
+  if (b.has_linear("self_attn.qkv_proj")) {
     w.qkv = b.linear("self_attn.qkv_proj", q + 2 * kv, h);
   } else {
     // Biases and q/k norms load whenever the checkpoint has them; the family table says
@@ -102,7 +117,7 @@ void bind_attention(const ModelSpec& s, const ArchTable& arch, const Binder& b, 
 
 void bind_dense_mlp(const ModelSpec& s, const Binder& b, LayerWeights& w) {
   const int64_t h = s.hidden_size, inter = s.intermediate_size;
-  if (b.has("mlp.gate_up_proj.weight")) {
+  if (b.has_linear("mlp.gate_up_proj")) {
     w.gate_up = b.linear("mlp.gate_up_proj", 2 * inter, h);
   } else {
     w.gate = b.linear("mlp.gate_proj", inter, h);
@@ -117,6 +132,7 @@ void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, La
   for (const char* module : {"gate", "switch_mlp.gate_proj", "switch_mlp.up_proj", "switch_mlp.down_proj",
                              "experts.0.gate_proj", "experts.0.w1"})
     b.refuse_quantized(block + module);
+  for (const char* module : {"gate", "experts.0.gate_proj", "experts.0.w1"}) b.refuse_zero_point(block + module);
   w.router = b.need(block + "gate.weight", {n, h});
   w.experts.resize(static_cast<size_t>(n));
   if (b.has(block + "experts.gate_up_proj")) {  // transformers 5 stacked layout

@@ -27,7 +27,7 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
-  if (name == "U32") return DType::kU32;
+  if (name == "U32" || name == "I32") return DType::kU32;  // 32-bit words of packed codes
   return std::nullopt;
 }
 

@@ -16,7 +16,8 @@ size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 // f32, f16 or bf16: a type arithmetic reads.
 inline bool dtype_is_float(DType dtype) { return dtype != DType::kU32; }
-// The safetensors spelling ("F32", "F16", "BF16", "U32"); nullopt for types kettle cannot use.
+// The safetensors spelling ("F32", "F16", "BF16"; "U32" and "I32" as packed words); nullopt for
+// types kettle cannot use.
 std::optional<DType> dtype_from_safetensors(std::string_view name);
 std::string_view dtype_safetensors_name(DType dtype);
 

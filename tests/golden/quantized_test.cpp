@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -148,6 +149,151 @@ TEST_P(QuantizedGoldenTest, ForwardEqualsTheDequantizedDenseModel) {
                 worst);
     fs::remove_all(q);
     fs::remove_all(work / "dense");
+  }
+  fs::remove_all(work);
+}
+
+// ---- AWQ and GPTQ: zero-point 4/8-bit checkpoints, repacked at load ----
+
+bool is_projection(const std::string& name) {
+  if (name.find(".layers.") == std::string::npos || name.size() < 12) return false;
+  return name.substr(name.size() - 12) == "_proj.weight";
+}
+
+// A golden model with its projections written as AutoAWQ (GEMM packing) or AutoGPTQ (the
+// original format: zero points stored minus one, trivial g_idx) write them, from a
+// min/max rounding made here; and beside it the dense f32 checkpoint of what those codes
+// stand for, s · (q − z).
+void write_zero_point(const std::string& name, const fs::path& out, const fs::path& dense, bool awq, int bits,
+                      int group) {
+  fs::create_directories(out);
+  fs::create_directories(dense);
+  const fs::path src = fs::path(model_dir(name));
+  auto tensors = test::read_safetensors((src / "model.safetensors").string());
+  std::map<std::string, test::RawTensor> packed, reference;
+  const uint32_t maxq = (1u << bits) - 1, per_word = 32 / bits;
+  static constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  for (auto& [tname, t] : tensors) {
+    if (!is_projection(tname)) {
+      packed[tname] = reference[tname] = t;
+      continue;
+    }
+    const std::string module = tname.substr(0, tname.size() - 7);
+    const int64_t rows = t.shape[0], cols = t.shape[1], groups = cols / group;  // out, in
+    std::vector<uint32_t> q(static_cast<size_t>(rows * cols)), z(static_cast<size_t>(rows * groups));
+    std::vector<uint16_t> s(static_cast<size_t>(rows * groups));
+    test::RawTensor deq{"F32", {rows, cols}, std::vector<uint8_t>(static_cast<size_t>(rows * cols * 4))};
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t g = 0; g < groups; ++g) {
+        float lo = 0, hi = 0;
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) {
+          lo = std::min(lo, widen(t.dtype, t.bytes, static_cast<size_t>(o * cols + i)));
+          hi = std::max(hi, widen(t.dtype, t.bytes, static_cast<size_t>(o * cols + i)));
+        }
+        const uint16_t scale_bits = f32_to_f16(std::max((hi - lo) / static_cast<float>(maxq), 1e-4f));
+        const float scale = f16_to_f32(scale_bits);
+        const auto zero = static_cast<uint32_t>(std::clamp(std::nearbyint(-lo / scale), 1.0f, static_cast<float>(maxq)));
+        s[static_cast<size_t>(g * rows + o)] = scale_bits;  // scales are [groups, out]
+        z[static_cast<size_t>(g * rows + o)] = zero;
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) {
+          const float w = widen(t.dtype, t.bytes, static_cast<size_t>(o * cols + i));
+          const auto code = static_cast<uint32_t>(
+              std::clamp(std::nearbyint(w / scale) + static_cast<float>(zero), 0.0f, static_cast<float>(maxq)));
+          q[static_cast<size_t>(i * rows + o)] = code;  // codes as [in, out], as these formats index them
+          const float v = scale * (static_cast<float>(code) - static_cast<float>(zero));
+          std::memcpy(deq.bytes.data() + (o * cols + i) * 4, &v, 4);
+        }
+      }
+    const auto words = [](std::vector<int64_t> shape, const std::vector<uint32_t>& w) {
+      test::RawTensor r{"I32", std::move(shape), std::vector<uint8_t>(w.size() * 4)};
+      std::memcpy(r.bytes.data(), w.data(), r.bytes.size());
+      return r;
+    };
+    if (awq) {  // qweight [in, out/8], qzeros [groups, out/8]: output 8c + order[n] in nibble n
+      std::vector<uint32_t> qw(static_cast<size_t>(cols * rows / 8), 0), qz(static_cast<size_t>(groups * rows / 8), 0);
+      for (int64_t i = 0; i < cols; ++i)
+        for (int64_t c = 0; c < rows / 8; ++c)
+          for (int n = 0; n < 8; ++n) qw[static_cast<size_t>(i * rows / 8 + c)] |= q[static_cast<size_t>(i * rows + 8 * c + kAwqOrder[n])] << (4 * n);
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t c = 0; c < rows / 8; ++c)
+          for (int n = 0; n < 8; ++n) qz[static_cast<size_t>(g * rows / 8 + c)] |= z[static_cast<size_t>(g * rows + 8 * c + kAwqOrder[n])] << (4 * n);
+      packed[module + ".qweight"] = words({cols, rows / 8}, qw);
+      packed[module + ".qzeros"] = words({groups, rows / 8}, qz);
+    } else {  // qweight [in/per_word, out] along the inputs; qzeros [groups, out/per_word] holding z − 1
+      std::vector<uint32_t> qw(static_cast<size_t>(cols / per_word * rows), 0);
+      std::vector<uint32_t> qz(static_cast<size_t>(groups * rows / per_word), 0);
+      for (int64_t i = 0; i < cols; ++i)
+        for (int64_t o = 0; o < rows; ++o)
+          qw[static_cast<size_t>((i / per_word) * rows + o)] |= q[static_cast<size_t>(i * rows + o)] << (bits * (i % per_word));
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t o = 0; o < rows; ++o)
+          qz[static_cast<size_t>(g * rows / per_word + o / per_word)] |= (z[static_cast<size_t>(g * rows + o)] - 1) << (bits * (o % per_word));
+      std::vector<uint32_t> g_idx(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < cols; ++i) g_idx[static_cast<size_t>(i)] = static_cast<uint32_t>(i / group);
+      packed[module + ".qweight"] = words({cols / per_word, rows}, qw);
+      packed[module + ".qzeros"] = words({groups, rows / per_word}, qz);
+      packed[module + ".g_idx"] = words({cols}, g_idx);
+    }
+    test::RawTensor scales{"F16", {groups, rows}, std::vector<uint8_t>(s.size() * 2)};
+    std::memcpy(scales.bytes.data(), s.data(), scales.bytes.size());
+    packed[module + ".scales"] = scales;
+    reference[tname] = std::move(deq);
+  }
+  test::write_safetensors((out / "model.safetensors").string(), packed);
+  test::write_safetensors((dense / "model.safetensors").string(), reference);
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(src / "config.json"));
+  std::ofstream(dense / "config.json") << config.dump(2);
+  config["quantization_config"] =
+      awq ? nlohmann::ordered_json{{"quant_method", "awq"}, {"bits", bits}, {"group_size", group}, {"zero_point", true},
+                                   {"version", "gemm"}}
+          : nlohmann::ordered_json{{"quant_method", "gptq"}, {"bits", bits}, {"group_size", group}, {"desc_act", false},
+                                   {"sym", false}, {"checkpoint_format", "gptq"}};
+  std::ofstream(out / "config.json") << config.dump(2);
+}
+
+TEST_P(QuantizedGoldenTest, AwqAndGptqCheckpointsEqualTheirDequantizedDenseModel) {
+  const std::string name = GetParam();
+  if (is_moe(name)) GTEST_SKIP() << "quantized mixture-of-experts weights are refused";
+  const fs::path work = fs::path(::testing::TempDir()) / ("kettle-zero-point-" + case_label(name));
+  const Golden g = read_golden(case_dir(name));
+  struct Case {
+    bool awq;
+    int bits, group;
+  };
+  for (const Case c : {Case{true, 4, 32}, Case{false, 4, 32}, Case{false, 8, 32}, Case{false, 2, 32}}) {
+    const std::string label = std::string(c.awq ? "AWQ" : "GPTQ") + " " + std::to_string(c.bits) + "-bit g" +
+                              std::to_string(c.group);
+    fs::remove_all(work);
+    write_zero_point(name, work / "q", work / "dense", c.awq, c.bits, c.group);
+    const Model quantized = load_model((work / "q").string()), reference = load_model((work / "dense").string());
+    ASSERT_EQ(quantized.weights.layers[0].o.scheme, WeightScheme::kAffine) << label;
+    const std::vector<float> got = prompt_logits(quantized, g), want = prompt_logits(reference, g);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << label;
+    EXPECT_EQ(greedy(quantized, g), greedy(reference, g)) << label;
+  }
+  // Act-order (g_idx not i / group) and AWQ's GEMV packing are refused by name.
+  fs::remove_all(work);
+  write_zero_point(name, work / "q", work / "dense", false, 4, 32);
+  auto tensors = test::read_safetensors((work / "q" / "model.safetensors").string());
+  const std::string g_idx = "model.layers.0.self_attn.o_proj.g_idx";
+  if (tensors.count(g_idx) != 0) {
+    std::swap(tensors[g_idx].bytes[0], tensors[g_idx].bytes[tensors[g_idx].bytes.size() - 4]);
+    test::write_safetensors((work / "q" / "model.safetensors").string(), tensors);
+    try {
+      load_model((work / "q").string());
+      ADD_FAILURE() << "a permuted g_idx loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("g_idx"), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(work / "q" / "config.json"));
+  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"version", "gemv"}};
+  std::ofstream(work / "q" / "config.json") << config.dump(2);
+  try {
+    load_model((work / "q").string());
+    ADD_FAILURE() << "AWQ's GEMV packing loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemv"), std::string::npos) << e.what();
   }
   fs::remove_all(work);
 }
