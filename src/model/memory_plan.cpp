@@ -38,10 +38,17 @@ class MatrixBytes {
   MatrixBytes(const ModelSpec& s, WeightStorage storage) : spec_(s), storage_(storage) {}
   size_t operator()(const std::string& path, size_t elements) const {
     const QuantParams q = spec_.quant.for_module(path);
-    if (!q.quantized || !storage_.keeps_quantized) return elements * storage_.value_bytes;
-    // Codes, then a scale and a bias per group in the checkpoint's float type.
+    const QuantMethod method = spec_.quant.method;
+    const bool zero_point = method == QuantMethod::kAwq || method == QuantMethod::kGptq;
+    // FP8 is widened at load; AWQ and GPTQ leave the embedding and the head in floats.
+    if (!q.quantized || !storage_.keeps_quantized || method == QuantMethod::kFp8 ||
+        (zero_point && (path == "model.embed_tokens" || path == "lm_head")))
+      return elements * storage_.value_bytes;
+    // Codes, then a scale and a bias per group: the checkpoint's float type (MLX), f32
+    // (AWQ and GPTQ, repacked).
     const size_t groups = elements / static_cast<size_t>(q.group_size);
-    return elements * static_cast<size_t>(q.bits) / 8 + groups * 2 * dtype_size(spec_.rope_freq_dtype);
+    const size_t scale_bytes = zero_point ? 4 : dtype_size(spec_.rope_freq_dtype);
+    return elements * static_cast<size_t>(q.bits) / 8 + groups * 2 * scale_bytes;
   }
 
  private:

@@ -58,6 +58,45 @@ QuantConfig parse_zero_point_config(const json& q, const std::string& key, const
   return config;
 }
 
+// FP8: quant_method fp8 (weight_block_size [rows, cols], or none: one scale per tensor),
+// or compressed-tensors whose weights are 8-bit floats with channel, tensor or block scales.
+QuantConfig parse_fp8_config(const json& q, const std::string& key, const std::string& path) {
+  const auto refuse = [&](const std::string& what) {
+    fail(ErrorCategory::kUnsupported, "{}: {}: {}; kettle loads FP8 e4m3 weights with block, channel or tensor scales",
+         path, key, what);
+  };
+  QuantConfig config;
+  config.method = QuantMethod::kFp8;
+  config.defaults = {true, 8, 0};
+  json block = nullptr;
+  if (q["quant_method"] == "fp8") {
+    const std::string fmt = q.value("fmt", "e4m3");
+    if (fmt != "e4m3") refuse("fmt '" + fmt + "'");
+    if (q.contains("weight_block_size")) block = q["weight_block_size"];
+  } else {
+    const std::string format = q.value("format", "");
+    if (format != "float-quantized" && format != "naive-quantized") refuse("compressed-tensors format '" + format + "'");
+    if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)
+      refuse("compressed-tensors with other than one config group");
+    const json& weights = q["config_groups"].begin().value().value("weights", json::object());
+    if (weights.value("type", "") != "float" || weights.value("num_bits", 0) != 8)
+      refuse("weights of type '" + weights.value("type", std::string("?")) + "' and " +
+             std::to_string(weights.value("num_bits", 0)) + " bits");
+    const std::string strategy = weights.value("strategy", "");
+    if (strategy == "block") block = weights.value("block_structure", json(nullptr));
+    else if (strategy != "channel" && strategy != "tensor") refuse("weight strategy '" + strategy + "'");
+    config.fp8_scale = "weight_scale";
+  }
+  if (!block.is_null()) {
+    if (!block.is_array() || block.size() != 2 || !block[0].is_number_integer() || !block[1].is_number_integer() ||
+        block[0].get<int>() <= 0 || block[1].get<int>() <= 0)
+      refuse("block size " + block.dump());
+    config.fp8_block[0] = block[0].get<int>();
+    config.fp8_block[1] = block[1].get<int>();
+  }
+  return config;
+}
+
 }  // namespace
 
 QuantParams QuantConfig::for_module(const std::string& path) const {
@@ -71,6 +110,8 @@ QuantConfig parse_quant_config(const json& c, const std::string& path) {
   if (!c.contains(key) || c[key].is_null()) return config;
   const json& q = c[key];
   if (!q.is_object()) fail(ErrorCategory::kInvalidData, "{}: '{}' is not an object", path, key);
+  if (q.contains("quant_method") && (q["quant_method"] == "fp8" || q["quant_method"] == "compressed-tensors"))
+    return parse_fp8_config(q, std::string(key), path);
   if (q.contains("quant_method")) return parse_zero_point_config(q, std::string(key), path);
   if (q.contains("mode") && q["mode"] != "affine")
     fail(ErrorCategory::kUnsupported, "{}: {}.mode is {}; kettle loads the affine mode", path, key, q["mode"].dump());

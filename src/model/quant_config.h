@@ -8,8 +8,11 @@
 //   with a zero point per group, w = s · (q − z), which is affine (scale s, bias
 //   −s · z): repacked at load (model/zero_point_repack.h). A module is quantized when
 //   the checkpoint holds its `.qweight`.
-// Other methods (fp8, bitsandbytes, …), other MLX modes and variants these loaders
-// cannot read (AWQ's GEMV packing, GPTQ's act-order) are refused by name.
+// - FP8 e4m3 (quant_method fp8 with weight_block_size, as Qwen3-*-FP8 and DeepSeek
+//   publish; compressed-tensors float-quantized with channel or tensor scales): each
+//   F8_E4M3 weight times its scale, widened to bf16 at load (no FP8 kernels yet).
+// Other methods (bitsandbytes, …), other MLX modes and variants these loaders cannot read
+// (AWQ's GEMV packing, GPTQ's act-order, compressed-tensors' int formats) are refused by name.
 #pragma once
 
 #include <map>
@@ -25,13 +28,18 @@ struct QuantParams {
   int group_size = 0;
 };
 
-enum class QuantMethod { kNone, kMlxAffine, kAwq, kGptq };
+enum class QuantMethod { kNone, kMlxAffine, kAwq, kGptq, kFp8 };
 
 struct QuantConfig {
   QuantMethod method = QuantMethod::kNone;
   QuantParams defaults;                        // quantized == false: the config names no quantization
   std::map<std::string, QuantParams> modules;  // module path → its own params
   bool gptq_stored_zero_minus_one = true;      // GPTQ's original format keeps z − 1 (checkpoint_format "gptq")
+  // FP8 e4m3 weights (quant_method fp8, or compressed-tensors' float-quantized): the
+  // scale tensor's name beside .weight and the block it covers ({0, 0}: per output row
+  // or the whole tensor, from its shape).
+  std::string fp8_scale = "weight_scale_inv";
+  int fp8_block[2] = {0, 0};
 
   bool present() const { return defaults.quantized; }
   // The params of module `path` ("model.layers.3.self_attn.q_proj", "lm_head").

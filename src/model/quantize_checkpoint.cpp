@@ -93,7 +93,8 @@ void widen_row(const Tensor& t, int64_t r, float* out) {
       case DType::kF32: out[c] = reinterpret_cast<const float*>(base)[c]; break;
       case DType::kF16: out[c] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[c]); break;
       case DType::kBF16: out[c] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[c]); break;
-      case DType::kU32: out[c] = 0.0f; break;
+      case DType::kU32:
+      case DType::kF8E4M3: out[c] = 0.0f; break;  // check_source refused them
     }
   }
 }

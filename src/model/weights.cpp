@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "model/arch/arch_table.h"
+#include "model/fp8_weights.h"
 #include "model/zero_point_repack.h"
 #include "util/error.h"
 
@@ -15,7 +16,7 @@ namespace {
 // The module at `path` ("model.layers.0.self_attn.q_proj", "lm_head") as a Linear [out, in]:
 // dense (path.weight); affine when the checkpoint holds path.scales (as MLX decides), its
 // bits and group size from config.json and every part's shape checked against them; AWQ
-// or GPTQ (path.qweight) repacked into the affine layout.
+// or GPTQ (path.qweight) repacked into the affine layout; FP8 widened to bf16.
 Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out,
                    int64_t in) {
   Linear l;
@@ -25,6 +26,7 @@ Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std
            "quantization_config names neither", store.folder(), path);
     return repack_zero_point(store, quant, path, out, in);
   }
+  if (quant.method == QuantMethod::kFp8 && is_fp8_weight(store, path)) return widen_fp8(store, quant, path, out, in);
   if (!store.contains(path + ".scales")) {
     l.weight = store.get(path + ".weight", {out, in});
     return l;

@@ -42,7 +42,8 @@ float widen(const Tensor& t, int64_t i) {
     case DType::kF32: return static_cast<const float*>(t.data)[i];
     case DType::kF16: return f16_to_f32(p[i]);
     case DType::kBF16: return bf16_to_f32(p[i]);
-    case DType::kU32: break;
+    case DType::kU32:
+    case DType::kF8E4M3: break;
   }
   return 0.0f;
 }

@@ -19,6 +19,7 @@ float widen(const void* values, DType dtype, int64_t i) {
     case DType::kBF16:
       return bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
     case DType::kU32:
+    case DType::kF8E4M3:
       break;
   }
   return 0.0f;

@@ -1,6 +1,9 @@
 // DType names, sizes and the IEEE half conversions (portable, no F16C needed).
 #include "tensor/dtype.h"
 
+#include <cmath>
+#include <limits>
+
 namespace kettle {
 
 size_t dtype_size(DType dtype) {
@@ -9,6 +12,7 @@ size_t dtype_size(DType dtype) {
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
     case DType::kU32: return 4;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -19,6 +23,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
     case DType::kU32: return "u32";
+    case DType::kF8E4M3: return "f8_e4m3";
   }
   return "?";
 }
@@ -28,6 +33,7 @@ std::optional<DType> dtype_from_safetensors(std::string_view name) {
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
   if (name == "U32" || name == "I32") return DType::kU32;  // 32-bit words of packed codes
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   return std::nullopt;
 }
 
@@ -37,8 +43,17 @@ std::string_view dtype_safetensors_name(DType dtype) {
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
     case DType::kU32: return "U32";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
+}
+
+float f8e4m3_to_f32(uint8_t bits) {
+  const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // subnormal: m/8 · 2^-6
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
 float f16_to_f32(uint16_t h) {

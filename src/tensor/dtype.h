@@ -1,6 +1,7 @@
 // Element types of weights and activations, and their bf16/f16 <-> f32 conversions.
-// kU32 is storage only: the packed codes of a quantized weight (tensor/affine_quant.h),
-// never read as numbers.
+// kU32 and kF8E4M3 are storage only: the packed codes of a quantized weight
+// (tensor/affine_quant.h) and FP8 weights, widened by the model's loader before any
+// arithmetic reads them.
 #pragma once
 
 #include <cstdint>
@@ -10,12 +11,16 @@
 
 namespace kettle {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kU32 };
+enum class DType : uint8_t { kF32, kF16, kBF16, kU32, kF8E4M3 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
 // f32, f16 or bf16: a type arithmetic reads.
-inline bool dtype_is_float(DType dtype) { return dtype != DType::kU32; }
+inline bool dtype_is_float(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
+
+// An FP8 e4m3 value (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities,
+// S.1111.111 is NaN) as f32, exactly.
+float f8e4m3_to_f32(uint8_t bits);
 // The safetensors spelling ("F32", "F16", "BF16"; "U32" and "I32" as packed words); nullopt for
 // types kettle cannot use.
 std::optional<DType> dtype_from_safetensors(std::string_view name);

@@ -298,6 +298,104 @@ TEST_P(QuantizedGoldenTest, AwqAndGptqCheckpointsEqualTheirDequantizedDenseModel
   fs::remove_all(work);
 }
 
+// ---- FP8 e4m3 weights with block or per-row scales, widened to bf16 at load ----
+
+// e4m3 as the format defines it (independent of the loader's decoder): 1 sign bit, 4
+// exponent bits of bias 7, 3 mantissa bits, S.1111.111 NaN.
+float e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, -6) : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+  return (b & 0x80) != 0 ? -v : v;
+}
+
+uint8_t e4m3_nearest(float v) {
+  uint8_t best = 0;
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;  // NaN
+    const float d = std::abs(e4m3_value(static_cast<uint8_t>(b)) - v), bd = std::abs(e4m3_value(best) - v);
+    if (d < bd || (d == bd && (b & 1) == 0 && (best & 1) == 1)) best = static_cast<uint8_t>(b);
+  }
+  return best;
+}
+
+// The golden model's projections in FP8 (quant_method fp8 with blocks of block×block, or
+// compressed-tensors with a scale per output row), and the dense bf16 checkpoint of what
+// they stand for, code × scale rounded to bf16.
+void write_fp8(const std::string& name, const fs::path& out, const fs::path& dense, int block) {
+  fs::create_directories(out);
+  fs::create_directories(dense);
+  const fs::path src = fs::path(model_dir(name));
+  auto tensors = test::read_safetensors((src / "model.safetensors").string());
+  std::map<std::string, test::RawTensor> packed, reference;
+  for (auto& [tname, t] : tensors) {
+    if (!is_projection(tname)) {
+      packed[tname] = reference[tname] = t;
+      continue;
+    }
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    const int64_t br = block > 0 ? block : 1, bc = block > 0 ? block : cols;
+    const int64_t srows = (rows + br - 1) / br, scols = (cols + bc - 1) / bc;
+    std::vector<float> scales(static_cast<size_t>(srows * scols), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        float& s = scales[static_cast<size_t>((r / br) * scols + c / bc)];
+        s = std::max(s, std::abs(widen(t.dtype, t.bytes, static_cast<size_t>(r * cols + c))) / 448.0f);
+      }
+    test::RawTensor codes{"F8_E4M3", {rows, cols}, std::vector<uint8_t>(static_cast<size_t>(rows * cols))};
+    test::RawTensor deq{"BF16", {rows, cols}, std::vector<uint8_t>(static_cast<size_t>(rows * cols * 2))};
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float s = std::max(scales[static_cast<size_t>((r / br) * scols + c / bc)], 1e-12f);
+        const uint8_t code = e4m3_nearest(widen(t.dtype, t.bytes, static_cast<size_t>(r * cols + c)) / s);
+        codes.bytes[static_cast<size_t>(r * cols + c)] = code;
+        const uint16_t v = f32_to_bf16(e4m3_value(code) * s);
+        std::memcpy(deq.bytes.data() + (r * cols + c) * 2, &v, 2);
+      }
+    for (float& s : scales) s = std::max(s, 1e-12f);
+    test::RawTensor scale{"F32", block > 0 ? std::vector<int64_t>{srows, scols} : std::vector<int64_t>{rows, 1},
+                          std::vector<uint8_t>(scales.size() * 4)};
+    std::memcpy(scale.bytes.data(), scales.data(), scale.bytes.size());
+    const std::string module = tname.substr(0, tname.size() - 7);
+    packed[tname] = std::move(codes);
+    packed[module + (block > 0 ? ".weight_scale_inv" : ".weight_scale")] = std::move(scale);
+    reference[tname] = std::move(deq);
+  }
+  test::write_safetensors((out / "model.safetensors").string(), packed);
+  test::write_safetensors((dense / "model.safetensors").string(), reference);
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(src / "config.json"));
+  std::ofstream(dense / "config.json") << config.dump(2);
+  if (block > 0) {
+    config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                     {"weight_block_size", {block, block}}};
+  } else {
+    config["quantization_config"] = {
+        {"quant_method", "compressed-tensors"},
+        {"format", "float-quantized"},
+        {"config_groups",
+         {{"group_0", {{"targets", {"Linear"}}, {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}}}}}}}};
+  }
+  std::ofstream(out / "config.json") << config.dump(2);
+}
+
+TEST_P(QuantizedGoldenTest, Fp8CheckpointsEqualTheirWidenedDenseModel) {
+  const std::string name = GetParam();
+  if (is_moe(name)) GTEST_SKIP() << "FP8 experts are refused with the tensor named";
+  const fs::path work = fs::path(::testing::TempDir()) / ("kettle-fp8-" + case_label(name));
+  const Golden g = read_golden(case_dir(name));
+  for (int block : {32, 128, 0}) {
+    fs::remove_all(work);
+    write_fp8(name, work / "q", work / "dense", block);
+    const Model fp8 = load_model((work / "q").string()), reference = load_model((work / "dense").string());
+    const std::vector<float> got = prompt_logits(fp8, g), want = prompt_logits(reference, g);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "block " << block;
+    double worst = 0;
+    for (int64_t p = 0; p < g.positions; ++p)
+      worst = std::max(worst, relative_error(got.data() + p * g.vocab, g.logits.data() + p * g.vocab, g.vocab));
+    std::printf("%s FP8 (block %d): worst relative error vs transformers %.4f\n", name.c_str(), block, worst);
+  }
+  fs::remove_all(work);
+}
+
 // CUDA has no quantized kernels yet: the runner widens affine weights to bf16 as they load.
 // The logits must then be the CPU's within the bf16 tolerance of the CUDA goldens.
 TEST_P(QuantizedGoldenTest, CudaRunsTheWeightsWidenedToBf16) {

@@ -27,6 +27,7 @@ inline void widen(const void* w, DType dtype, int64_t begin, int64_t count, floa
       for (int64_t i = 0; i < count; ++i) dst[i] = f16_to_f32(s[i]);
       return;
     }
+    case DType::kF8E4M3:  // the loader widens FP8 weights first
     case DType::kU32:  // packed codes: cpu_matmul dequantizes them before a kernel sees them
       return;
   }

@@ -165,7 +165,8 @@ float CudaBackend::element(const Tensor& t, size_t i) {
       std::memcpy(&b, p + i * 2, 2);
       return bf16_to_f32(b);
     }
-    case DType::kU32:  // resident() refuses packed codes before reading an element
+    case DType::kU32:  // resident() refuses packed codes and FP8 before reading an element
+    case DType::kF8E4M3:
       break;
   }
   return 0.0f;
