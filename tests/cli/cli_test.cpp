@@ -327,9 +327,13 @@ TEST_F(CliTest, MalformedQuantizedCheckpointsAreRefusedByName) {
   with_config([&](nlohmann::json& c) { c = original, c["quantization"]["mode"] = "mxfp4"; });
   expect_error(run_kettle(args()), 5, "mxfp4");
   with_config([&](nlohmann::json& c) {
+    c = original, c.erase("quantization"), c["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"bits", 4}};
+  });
+  expect_error(run_kettle(args()), 5, "bitsandbytes");
+  with_config([&](nlohmann::json& c) {
     c = original, c.erase("quantization"), c["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
   });
-  expect_error(run_kettle(args()), 5, "awq");
+  expect_error(run_kettle(args()), 5, "group_size 0");
   with_config([&](nlohmann::json& c) { c = original, c["quantization"]["model.layers.0.self_attn.q_proj"] = false; });
   expect_error(run_kettle(args()), 4, "model.layers.0.self_attn.q_proj");
   // The converter's own config loads.
