@@ -32,8 +32,8 @@ Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std
     return l;
   }
   const QuantParams p = quant.for_module(path);
-  if (!quant.present())
-    fail(ErrorCategory::kInvalidData, "{}: tensor '{}.scales' is a quantized weight's, but config.json has no "
+  if (quant.method != QuantMethod::kMlxAffine)
+    fail(ErrorCategory::kInvalidData, "{}: tensor '{}.scales' is an MLX quantized weight's, but config.json has no "
          "'quantization' to say its bits and group size", store.folder(), path);
   if (!p.quantized)
     fail(ErrorCategory::kInvalidData, "{}: config.json leaves '{}' unquantized, but the checkpoint holds '{}.scales'",
