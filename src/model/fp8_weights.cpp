@@ -8,18 +8,6 @@
 #include "util/thread_pool.h"
 
 namespace kettle {
-namespace {
-
-float scale_at(const Tensor& s, int64_t i) {
-  switch (s.dtype) {
-    case DType::kF32: return static_cast<const float*>(s.data)[i];
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(s.data)[i]);
-    default: return 0.0f;
-  }
-}
-
-}  // namespace
 
 bool is_fp8_weight(const WeightStore& store, const std::string& path) {
   return store.contains(path + ".weight") && store.get_any(path + ".weight").dtype == DType::kF8E4M3;
@@ -56,7 +44,7 @@ Linear widen_fp8(const WeightStore& store, const QuantConfig& quant, const std::
   pool.parallel_for(out, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       for (int64_t c = 0; c < in; ++c) {
-        const float s = scale_at(scale, (r / rows_per_scale) * scale_cols + c / cols_per_scale);
+        const float s = dtype_value(scale.data, scale.dtype, (r / rows_per_scale) * scale_cols + c / cols_per_scale);
         dense->data()[r * in + c] = f32_to_bf16(f8e4m3_to_f32(codes[r * in + c]) * s);
       }
   });

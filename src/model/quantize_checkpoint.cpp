@@ -87,16 +87,7 @@ std::string shard_name(int shard, int shards) {
 
 void widen_row(const Tensor& t, int64_t r, float* out) {
   const int64_t cols = t.dim(1);
-  const auto* base = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r * cols) * dtype_size(t.dtype);
-  for (int64_t c = 0; c < cols; ++c) {
-    switch (t.dtype) {
-      case DType::kF32: out[c] = reinterpret_cast<const float*>(base)[c]; break;
-      case DType::kF16: out[c] = f16_to_f32(reinterpret_cast<const uint16_t*>(base)[c]); break;
-      case DType::kBF16: out[c] = bf16_to_f32(reinterpret_cast<const uint16_t*>(base)[c]); break;
-      case DType::kU32:
-      case DType::kF8E4M3: out[c] = 0.0f; break;  // check_source refused them
-    }
-  }
+  for (int64_t c = 0; c < cols; ++c) out[c] = dtype_value(t.data, t.dtype, r * cols + c);
 }
 
 // f32 values stored in `dtype`, appended to bytes.

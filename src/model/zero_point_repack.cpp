@@ -36,17 +36,6 @@ struct ZeroPointLayout {
   }
 };
 
-float widen(const Tensor& t, int64_t i) {
-  const auto* p = static_cast<const uint16_t*>(t.data);
-  switch (t.dtype) {
-    case DType::kF32: return static_cast<const float*>(t.data)[i];
-    case DType::kF16: return f16_to_f32(p[i]);
-    case DType::kBF16: return bf16_to_f32(p[i]);
-    case DType::kU32:
-    case DType::kF8E4M3: break;
-  }
-  return 0.0f;
-}
 
 void check_trivial_groups(const WeightStore& store, const std::string& path, int64_t in, int group) {
   if (!store.contains(path + ".g_idx")) return;
@@ -99,7 +88,7 @@ Linear repack_zero_point(const WeightStore& store, const QuantConfig& quant, con
         row[bit / 32] |= layout.code(i, o) << (bit % 32);  // bits divide 32: a code never straddles words
       }
       for (int64_t g = 0; g < groups; ++g) {
-        const float scale = widen(scales, g * out + o);
+        const float scale = dtype_value(scales.data, scales.dtype, g * out + o);
         const auto z = static_cast<float>(layout.zero(g, o) + zero_offset);
         s->data()[o * groups + g] = scale;
         b->data()[o * groups + g] = -scale * z;

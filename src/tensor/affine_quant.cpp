@@ -10,20 +10,6 @@
 namespace kettle {
 namespace {
 
-float widen(const void* values, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(values)[i];
-    case DType::kF16:
-      return f16_to_f32(static_cast<const uint16_t*>(values)[i]);
-    case DType::kBF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
-    case DType::kU32:
-    case DType::kF8E4M3:
-      break;
-  }
-  return 0.0f;
-}
 
 // 32 codes of B bits (B words) → 32 floats s · q + b. Unrolled per B so every shift is a
 // constant; a code that straddles two words takes its high bits from the next one.
@@ -43,7 +29,7 @@ template <int B>
 void dequantize_groups(const AffineRow& row, int group_size, int64_t begin, int64_t count, float* out) {
   for (int64_t e = begin; e < begin + count; e += 32) {
     const int64_t g = e / group_size, block = e / 32;
-    dequantize_block<B>(row.codes + block * B, widen(row.scales, row.dtype, g), widen(row.biases, row.dtype, g),
+    dequantize_block<B>(row.codes + block * B, dtype_value(row.scales, row.dtype, g), dtype_value(row.biases, row.dtype, g),
                         out + (e - begin));
   }
 }

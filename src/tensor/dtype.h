@@ -45,4 +45,16 @@ inline uint16_t f32_to_bf16(float value) {
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float value);
 
+// Element i of an f32, f16 or bf16 array as f32 (0 for the storage-only types).
+inline float dtype_value(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(data)[i];
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::kU32:
+    case DType::kF8E4M3: break;
+  }
+  return 0.0f;
+}
+
 }  // namespace kettle

@@ -43,26 +43,14 @@ struct AffineRowView {
   void group(int64_t g, float& s, float& b) {
     if (g != cached_group) {
       cached_group = g;
-      cached_scale = value(scales, g);
-      cached_bias = value(biases, g);
+      cached_scale = dtype_value(scales, dtype, g);
+      cached_bias = dtype_value(biases, dtype, g);
     }
     s = cached_scale;
     b = cached_bias;
   }
   int64_t cached_group = -1;
   float cached_scale = 0, cached_bias = 0;
-  float value(const uint8_t* p, int64_t g) const {
-    uint16_t h;
-    switch (dtype) {
-      case DType::kF32: {
-        float f;
-        std::memcpy(&f, p + 4 * g, 4);
-        return f;
-      }
-      case DType::kF16: std::memcpy(&h, p + 2 * g, 2); return f16_to_f32(h);
-      default: std::memcpy(&h, p + 2 * g, 2); return bf16_to_f32(h);
-    }
-  }
 };
 
 inline AffineRowView affine_row_view(const MatmulTask& t, int64_t row) {
