@@ -7,7 +7,7 @@
 set -euo pipefail
 build=${1:?build dir}; dest=${2:?dest dir}
 stage=$(mktemp -d); mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/kettle" "$build/tests/backend_cuda_test" "$build/tests/golden_cuda_test" "$build/bench/kettle_mask_bench" "$stage/bin/"
+cp "$build/kettle" "$build/tests/backend_cuda_test" "$build/tests/golden_cuda_test" "$build/tests/quantized_test" "$build/bench/kettle_mask_bench" "$stage/bin/"
 strip --strip-unneeded "$stage"/bin/*
 for lib in libicuuc.so.72 libicui18n.so.72 libicudata.so.72 libfmt.so.9 libpcre2-8.so.0 \
            libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do

@@ -20,6 +20,16 @@ bool cuda_available() {
 #endif
 }
 
+Linear Backend::resident_linear(const Linear& linear) {
+  const auto own = [&](const Tensor& t) { return t.empty() ? t : resident(t); };
+  Linear r = linear;
+  r.weight = own(linear.weight);
+  r.bias = own(linear.bias);
+  r.affine.scales = own(linear.affine.scales);
+  r.affine.biases = own(linear.affine.biases);
+  return r;
+}
+
 namespace {
 
 // "cuda:N" → N; "cuda" → the options' ordinal.

@@ -164,6 +164,12 @@ class Backend {
   // Whether project, project_gated and embed run weights of this scheme (backend/linear.h).
   // The model runner gives a backend only what it runs (it dequantizes the rest).
   virtual bool runs(WeightScheme scheme) const { return scheme == WeightScheme::kDense; }
+  // Whether this Linear's scheme and shape run here (a backend may run a scheme for some
+  // bit widths or shapes only).
+  virtual bool can_run(const Linear& linear) const { return runs(linear.scheme); }
+  // The Linear as ops on this backend read it: each tensor resident (a backend may keep a
+  // scheme's parts in a layout of its own; one copy per host data pointer).
+  virtual Linear resident_linear(const Linear& linear);
 
   // The MLP's first half fused: out[n, inter] (stride ldo) = act(x·gateᵀ + b) * (x·upᵀ + b),
   // x normalised first with `norm` as in project. gate.out and up.out are scratch

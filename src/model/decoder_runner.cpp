@@ -43,19 +43,16 @@ class ResidentLinears {
  public:
   explicit ResidentLinears(Backend& backend) : backend_(backend) {}
 
-  Linear operator()(const Linear& l) {
-    if (l.empty() || l.scheme == WeightScheme::kDense || backend_.runs(l.scheme)) {
-      Linear r = l;
-      r.weight = resident(backend_, l.weight);
-      r.bias = resident(backend_, l.bias);
-      r.affine.scales = resident(backend_, l.affine.scales);
-      r.affine.biases = resident(backend_, l.affine.biases);
-      return r;
-    }
+  // split_rows: the Linear is later viewed as row blocks of this many rows (a fused
+  // gate_up); a packed layout may keep rows in blocks of 16 (CUDA's tiles), so a split
+  // inside a block takes the dense copy.
+  Linear operator()(const Linear& l, int64_t split_rows = 0) {
+    const bool splits_packed = l.scheme != WeightScheme::kDense && split_rows % 16 != 0;
+    if (l.empty() || (backend_.can_run(l) && !splits_packed)) return backend_.resident_linear(l);
     auto it = dequantized_.find(l.weight.data);
     if (it == dequantized_.end()) {
       if (dequantized_.empty())
-        log::info("{} has no kernels for {} weights yet: dequantizing them to bf16 as they load", backend_.name(),
+        log::info("{} has no kernels for {} weights of this shape: dequantizing them to bf16 as they load", backend_.name(),
                   scheme_name(l));
       const std::vector<uint16_t> dense = dequantize_bf16(l);
       Tensor weight = backend_.resident(Tensor{dense.data(), DType::kBF16, {l.out_features(), l.in_features()}});
@@ -94,7 +91,7 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
     for (auto [dst, src] : {std::pair{&r.q, &l.q}, {&r.k, &l.k}, {&r.v, &l.v}, {&r.qkv, &l.qkv}, {&r.o, &l.o},
                             {&r.gate, &l.gate}, {&r.up, &l.up}, {&r.down, &l.down}})
       *dst = linear(*src);
-    if (!l.gate_up.empty()) std::tie(r.gate, r.up) = split_gate_up(linear(l.gate_up), spec.intermediate_size);
+    if (!l.gate_up.empty()) std::tie(r.gate, r.up) = split_gate_up(linear(l.gate_up, spec.intermediate_size), spec.intermediate_size);
     for (const ExpertWeights& e : l.experts)
       r.experts.push_back({resident(backend, e.gate), resident(backend, e.up), resident(backend, e.down)});
     out.layers.push_back(std::move(r));

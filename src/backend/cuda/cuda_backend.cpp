@@ -50,7 +50,7 @@ CudaBackend::~CudaBackend() {
     for (void* p : list) cudaFree(p);
   for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
   for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-  for (Workspace* w : {&gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_,
+  for (Workspace* w : {&affine_x_, &affine_dense_, &gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_,
                        &argmax_arrivals_})
     cudaFree(w->data);
   prompt_gemm_.reset();
@@ -63,6 +63,11 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) {
+  if (table.scheme == WeightScheme::kAffine && can_run(table)) {
+    cuda::affine_embed(ids, n, affine_weights(table), table.in_features(), scale, out, stream_);
+    check_launch("affine_embed");
+    return;
+  }
   if (table.scheme != WeightScheme::kDense)
     fail(ErrorCategory::kUnsupported, "cuda embed: a {} table does not run here", scheme_name(table));
   cuda::embed(ids, n, bf16_data(table.weight, "embed"), table.weight.dim(1), scale, out, stream_);

@@ -85,6 +85,13 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
 
   Tensor resident(const Tensor& weight) override;
+  // Affine weights: the codes in the decode kernel's tile layout, scales and biases as
+  // they are (cuda_affine.cpp).
+  Linear resident_linear(const Linear& linear) override;
+  bool runs(WeightScheme scheme) const override {
+    return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine;
+  }
+  bool can_run(const Linear& linear) const override;
 
   // The context holds while ops run (a recorded step's host-side choices are made then).
   void run_step(const StepContext& context, uint64_t key, const std::function<void()>& ops) override;
@@ -162,9 +169,11 @@ class CudaBackend final : public Backend {
   // x normalised per row into a workspace (f32, dense).
   const float* normalized(const float* x, int64_t n, int64_t k, const InputNorm& norm);
 
-  // Dense weights without adapters are what these kernels read.
-  static void check_linears(const Projection* outs, int count, const char* op);
+  // Weights these kernels read (dense, or affine in the resident layout), without adapters.
+  void check_linears(const Projection* outs, int count, const char* op) const;
   static const Tensor& weight_of(const Projection& p) { return p.linear->weight; }
+  static int64_t in_of(const Projection& p) { return p.linear->in_features(); }
+  static bool affine(const Projection& p) { return p.linear->scheme == WeightScheme::kAffine; }
   static const Tensor* bias_of(const Projection& p) { return p.linear->bias.empty() ? nullptr : &p.linear->bias; }
 
   // The projections: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); the step's decode rows
@@ -200,6 +209,26 @@ class CudaBackend final : public Backend {
   void gated_activation(const float* gate, const float* up, int64_t n, int64_t width, int64_t ld, Activation act,
                         float* out, int64_t ldo);
 
+  // gemm_raw for any weight this backend runs: an affine one is dequantized to bf16 a
+  // block of rows at a time (cuda_affine.cpp).
+  void gemm_linear(const cuda::Bf16* xb, int64_t n, int64_t k, const Linear& w, float* out, int64_t ldo,
+                   bool accumulate, Gemm gemm);
+
+  // ---- affine decode rows (cuda_affine.cpp) ------------------------------------------------
+  // Whether the targets run as one affine decode batch (all affine, one bits/group/type).
+  static bool affine_batchable(const Projection* targets, int count);
+  // Decode rows of affine weights take the MMA kernel: always when batch invariant (it is;
+  // a GEMM on dequantized weights would sum otherwise), else while rows are few enough
+  // that re-reading the codes per 8 columns beats dequantizing them.
+  bool use_affine_decode(const Projection* targets, int count, int64_t rows) const;
+  // Decode rows through the MMA kernel, at most 8 B columns (rows · split) per launch.
+  void affine_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
+                      int count, bool accumulate);
+  void affine_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+                    const Projection& up, Activation act, float* out, int64_t ldo);
+  static cuda::AffineWeights affine_weights(const Linear& l);
+  int affine_split() const { return context_.exact_activations ? 2 : 1; }
+
   // After each launch: a bad configuration shows up here, not three ops later.
   void check_launch(const char* what) {
     check(cudaGetLastError(), what);
@@ -229,6 +258,7 @@ class CudaBackend final : public Backend {
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
   cuda::OpTimer timer_;
+  Workspace affine_x_, affine_dense_;
   Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
 };
 

@@ -33,11 +33,12 @@ const float* CudaBackend::normalized(const float* x, int64_t n, int64_t k, const
   return out;
 }
 
-// Dense weights without adapters are what these kernels read.
-void CudaBackend::check_linears(const Projection* outs, int count, const char* op) {
+// Weights these kernels read (dense, or affine in the resident layout), without adapters.
+void CudaBackend::check_linears(const Projection* outs, int count, const char* op) const {
   for (int i = 0; i < count; ++i)
-    if (outs[i].linear->scheme != WeightScheme::kDense || outs[i].linear->adapter != nullptr)
-      fail(ErrorCategory::kUnsupported, "cuda {}: only dense weights without adapters run here", op);
+    if (!can_run(*outs[i].linear) || outs[i].linear->adapter != nullptr)
+      fail(ErrorCategory::kUnsupported, "cuda {}: {} weights{} do not run here", op, scheme_name(*outs[i].linear),
+           outs[i].linear->adapter != nullptr ? " with an adapter" : "");
 }
 
 // The projections: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); the step's decode rows
@@ -45,7 +46,9 @@ void CudaBackend::check_linears(const Projection* outs, int count, const char* o
 void CudaBackend::project_rows(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                                int count, bool accumulate) {
   const int64_t d = std::min(n, context_.decode_rows);
-  if (d > 0 && !batch_invariant_)
+  if (d > 0 && affine(targets[0]) && use_affine_decode(targets, count, d))
+    affine_project(x, d, ldx, norm, targets, count, accumulate);
+  else if (d > 0 && !batch_invariant_)
     fast_project(x, d, ldx, norm, targets, count, accumulate);
   else if (d > 0)
     gemm_project(x, d, ldx, norm, targets, count, accumulate, Gemm::kDecodeFixed);
@@ -59,7 +62,10 @@ void CudaBackend::project_rows(const float* x, int64_t n, int64_t ldx, const Inp
 void CudaBackend::gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
                         const Projection& up, Activation act, float* out, int64_t ldo) {
   const int64_t inter = weight_of(gate).dim(0), d = std::min(n, context_.decode_rows);
-  if (d > 0 && !batch_invariant_) {
+  const Projection pair[] = {gate, up};
+  if (d > 0 && affine(gate) && use_affine_decode(pair, 2, d)) {
+    affine_gated(x, d, ldx, norm, gate, up, act, out, ldo);
+  } else if (d > 0 && !batch_invariant_) {
     fast_gated(x, d, ldx, norm, gate, up, act, out, ldo);
   } else if (d > 0) {
     const Projection both[] = {gate, up};
@@ -76,8 +82,10 @@ void CudaBackend::gated(const float* x, int64_t n, int64_t ldx, const InputNorm*
 // Decode rows the fastest way: the GEMV for one row, cuBLAS's GEMM of its choice for more.
 void CudaBackend::fast_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                                int count, bool accumulate) {
-  const int64_t k = weight_of(targets[0]).dim(1);
-  if (n != 1 || !cuda::gemv_supported(k) || count > cuda::kMaxGemvTargets)
+  const int64_t k = in_of(targets[0]);
+  bool dense = true;
+  for (int i = 0; i < count; ++i) dense = dense && !affine(targets[i]);
+  if (n != 1 || !dense || !cuda::gemv_supported(k) || count > cuda::kMaxGemvTargets)
     return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kHeuristic);
   // The norm runs as its own small kernel: normalising inside the GEMV (each warp
   // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
@@ -92,8 +100,8 @@ void CudaBackend::fast_project(const float* x, int64_t n, int64_t ldx, const Inp
 
 void CudaBackend::fast_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
                              const Projection& up, Activation act, float* out, int64_t ldo) {
-  const int64_t k = weight_of(gate).dim(1);
-  if (n != 1 || !cuda::gemv_supported(k)) {
+  const int64_t k = in_of(gate);
+  if (n != 1 || affine(gate) || affine(up) || !cuda::gemv_supported(k)) {
     const Projection both[] = {gate, up};
     gemm_project(x, n, ldx, norm, both, 2, false, Gemm::kHeuristic);
     gated_activation(gate.out, up.out, n, weight_of(gate).dim(0), gate.ldo, act, out, ldo);
@@ -113,7 +121,7 @@ void CudaBackend::fast_gated(const float* x, int64_t n, int64_t ldx, const Input
 // for a GEMM that streams the weights once either way.
 void CudaBackend::gemm_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                                int count, bool accumulate, Gemm gemm) {
-  const int64_t k = weight_of(targets[0]).dim(1);
+  const int64_t k = in_of(targets[0]);
   if (!context_.exact_activations) {
     auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
     if (norm != nullptr) {
@@ -124,7 +132,7 @@ void CudaBackend::gemm_project(const float* x, int64_t n, int64_t ldx, const Inp
       check_launch("to_bf16");
     }
     for (int i = 0; i < count; ++i) {
-      gemm_raw(xb, n, k, weight_of(targets[i]), targets[i].out, targets[i].ldo, accumulate, gemm);
+      gemm_linear(xb, n, k, *targets[i].linear, targets[i].out, targets[i].ldo, accumulate, gemm);
       if (const float* b = f32_data(bias_of(targets[i]), "matmul")) {
         cuda::add_bias(targets[i].out, n, weight_of(targets[i]).dim(0), targets[i].ldo, b, stream_);
         check_launch("add_bias");
@@ -142,7 +150,7 @@ void CudaBackend::gemm_project(const float* x, int64_t n, int64_t ldx, const Inp
   for (int i = 0; i < count; ++i) {
     const int64_t m = weight_of(targets[i]).dim(0);
     auto* wide = static_cast<float*>(grow(gemm_out_, static_cast<size_t>(2 * n * m) * sizeof(float)));
-    gemm_raw(xb, 2 * n, k, weight_of(targets[i]), wide, m, false, gemm);
+    gemm_linear(xb, 2 * n, k, *targets[i].linear, wide, m, false, gemm);
     cuda::sum_halves(wide, n, m, f32_data(bias_of(targets[i]), "matmul"), targets[i].out, targets[i].ldo, accumulate,
                      stream_);
     check_launch("sum_halves");

@@ -40,6 +40,55 @@ void to_bf16(const float* x, int64_t n, int64_t k, int64_t ldx, Bf16* out, cudaS
 // out[t, i] (stride ldo) += bias[i] for t < n, i < m.
 void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, cudaStream_t stream);
 
+// ---- affine_matmul.cu: MLX affine 4/8-bit weights (layout: the file's head) --------------
+enum AffineScaleType : int { kAffineScaleF32 = 0, kAffineScaleBf16 = 1, kAffineScaleF16 = 2 };
+struct AffineWeights {
+  const uint8_t* codes = nullptr;  // the tile layout (affine_tile)
+  const void* scales = nullptr;    // [rows, k / group_size], row-major, of scale_dtype
+  const void* biases = nullptr;    // the same shape and type
+  int scale_dtype = kAffineScaleF32;
+  int bits = 4;
+  int group_size = 64;
+};
+struct AffineTarget {
+  AffineWeights w;
+  const float* bias = nullptr;  // [rows] or nullptr
+  float* out = nullptr;         // [decode rows, ldo]
+  int64_t ldo = 0;
+  int rows = 0;
+};
+struct AffineBatch {
+  AffineTarget target[kMaxGemvTargets];  // plain: count targets of one bits/group/type; gated: gate, up
+  int first_tile[kMaxGemvTargets + 1];   // first 16-row tile of each target; [count] = all
+  int count = 0;
+  int64_t k = 0;
+  int group_size = 0;
+  int rows = 0;     // decode rows, at most 8 / split
+  int split = 1;    // B columns per row: 1 (x rounded to bf16) or 2 (x as bf16 hi + lo)
+  int columns = 0;  // rows * split
+  int accumulate = 0;
+  int gated = 0;  // out[r, i] = act(gate) * up into gated_out (row stride ldo)
+  Activation act{};
+  float* gated_out = nullptr;
+  int64_t ldo = 0;
+};
+constexpr int kAffineColumns = 8;
+// bits 4 or 8, groups 32/64/128, rows a multiple of 16 and k of 64 and of the group.
+bool affine_shape_supported(int bits, int group_size, int64_t rows, int64_t k);
+// MLX's row-major packed codes [rows, k · bits / 32] → the tile layout (the same bytes).
+void affine_tile(const uint32_t* mlx, int64_t rows, int64_t k, int bits, void* tiles, cudaStream_t stream);
+// out[rows, k] = bf16(s · q + b) for rows [row0, row0 + rows).
+void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, Bf16* out, cudaStream_t stream);
+// out[i, :] = (s · q + b)[ids[i], :] · scale, in f32.
+void affine_embed(const int32_t* ids, int64_t n, const AffineWeights& w, int64_t dim, float scale, float* out,
+                  cudaStream_t stream);
+// x's rows as the decode kernel's operand (rows · split ≤ 8 columns) into workspace
+// (affine_x_bytes), then the batch's projections from it.
+int64_t affine_x_bytes(int64_t k, int group_size);
+void affine_pack_x(const float* x, int rows, int64_t ldx, int64_t k, int split, int group_size, void* workspace,
+                   cudaStream_t stream);
+void affine_matmul(const AffineBatch& batch, const void* workspace, cudaStream_t stream);
+
 // ---- norm.cu ---------------------------------------------------------------------
 void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
               float* out, int64_t ldo, cudaStream_t stream);

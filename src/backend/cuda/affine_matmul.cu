@@ -1,0 +1,356 @@
+// Affine (MLX-layout) quantized weights on CUDA: 4- and 8-bit codes with a
+// scale and a bias per group of k, w = s·q + b.
+//
+// Resident layout (affine_tile): the codes are reordered at load into tiles of
+// 16 rows × 64 k, each the A operands of four m16n8k16 bf16 MMAs as the 32
+// lanes of a warp hold them, so one 16-byte load per lane (two at 8 bits)
+// brings a whole tile in. A lane's word s feeds MMA step s (k 16s..16s+15);
+// its nibble pair (j, j + 4) is fragment register j, so one shift and one
+// mask-and-or per register turn codes into bf16 pairs 128 + q (0x4300 | q is
+// exactly 128 + q). At 8 bits the low and high nibbles are two such planes,
+// the high one multiplied by x·16. Row blocks of 16 stay contiguous, so the
+// bytes of rows [r, r + 16·j) sit where the row-major layout has them and a
+// Linear::rows view needs no change. Scales and biases stay row-major [out,
+// groups] in the checkpoint's type (f32, bf16 or f16).
+//
+// Decode rows (up to 8 columns of x, or 4 under the exact rule: x as bf16
+// hi + lo) run as MMAs of the code tiles against x packed in B-fragment order:
+// per group, C = Σ (128 + q)·x in f32, and the row's sum gains s·C + (b −
+// 128·s)·Σx (Σx of the bf16 x, per group, packed beside it). Products of bf16
+// x and small integer codes are exact and the sums are f32, so the result is
+// that of f32 weights s·q + b up to the order of the sums. A column's result
+// never depends on the other columns: decode rows are batch invariant here.
+// Prompt rows dequantize row blocks to bf16 for the GEMMs (affine_dequantize).
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace kettle::cuda {
+namespace {
+
+constexpr int kTileRows = 16, kTileK = 64, kTileLanes = 32;
+constexpr int kAffineWarps = 8;
+constexpr int kColumns = 8;  // the MMA's n
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Fragment registers of one MMA step: bf16 pairs 128 + q from nibbles (j, j + 4) of w.
+__device__ __forceinline__ void nibble_fragment(uint32_t w, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) a[j] = ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int s) {
+  return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float scale_at(const void* p, int dtype, int64_t i) {
+  if (dtype == kAffineScaleF32) return __ldg(static_cast<const float*>(p) + i);
+  const unsigned short bits = __ldg(static_cast<const unsigned short*>(p) + i);
+  if (dtype == kAffineScaleBf16) return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  return __half2float(__ushort_as_half(bits));
+}
+
+// Where code (r, c) of a matrix with k columns sits in the tile layout: its byte, and
+// the bit of its low nibble there (the high nibble, at 8 bits, is the same bit 16 bytes on).
+struct CodePlace {
+  int64_t byte;
+  int bit;
+};
+__device__ __forceinline__ CodePlace code_place(int64_t r, int64_t c, int64_t k, int bits) {
+  const int64_t tile = (r / kTileRows) * (k / kTileK) + c / kTileK;
+  const int rr = static_cast<int>(r % kTileRows), cc = static_cast<int>(c % kTileK);
+  const int step = cc / 16, kk = cc % 16;
+  const int lane = (rr % 8) * 4 + (kk % 8) / 2;
+  const int reg = (rr >= 8 ? 1 : 0) + (kk >= 8 ? 2 : 0);
+  const int bit = 4 * reg + 16 * (kk % 2);
+  const int lane_bytes = 16 * (bits / 4);
+  return {tile * kTileLanes * lane_bytes + lane * lane_bytes + step * 4, bit};
+}
+
+__device__ __forceinline__ uint32_t tile_code(const uint8_t* codes, int64_t r, int64_t c, int64_t k, int bits) {
+  const CodePlace p = code_place(r, c, k, bits);
+  const uint32_t lo = (*reinterpret_cast<const uint32_t*>(codes + p.byte) >> p.bit) & 0xF;
+  if (bits == 4) return lo;
+  return lo | (((*reinterpret_cast<const uint32_t*>(codes + p.byte + 16) >> p.bit) & 0xF) << 4);
+}
+
+// MLX's packing: code j of a row at bit bits·j of the row's u32 stream (bits 4 or 8: no
+// code crosses a word).
+__global__ void affine_tile_kernel(const uint32_t* __restrict__ mlx, int64_t rows, int64_t k, int bits,
+                                   uint8_t* __restrict__ tiles) {
+  grid_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one output word
+  const int64_t words = rows * k * bits / 32;
+  if (i >= words) return;
+  // The word's place: tile, lane, plane, step; its 8 nibbles are 4 registers × 2 elements.
+  const int lane_words = 4 * (bits / 4);
+  const int64_t tile = i / (kTileLanes * lane_words);
+  const int within = static_cast<int>(i % (kTileLanes * lane_words));
+  const int lane = within / lane_words, plane = (within % lane_words) / 4, step = within % 4;
+  const int64_t r0 = (tile / (k / kTileK)) * kTileRows, c0 = (tile % (k / kTileK)) * kTileK + 16 * step;
+  const int g = lane / 4, t = lane % 4;
+  uint32_t out = 0;
+#pragma unroll
+  for (int reg = 0; reg < 4; ++reg)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t r = r0 + g + (reg & 1) * 8, c = c0 + 2 * t + e + (reg >> 1) * 8;
+      const int64_t j = r * k + c;  // element index in the row-major stream
+      const uint32_t code = (mlx[j * bits / 32] >> ((j * bits) % 32)) & ((1u << bits) - 1);
+      out |= ((code >> (4 * plane)) & 0xF) << (4 * reg + 16 * e);
+    }
+  reinterpret_cast<uint32_t*>(tiles)[i] = out;
+}
+
+__device__ __forceinline__ float dequantized(const AffineWeights& w, int64_t r, int64_t c, int64_t k) {
+  const int64_t groups = k / w.group_size, gi = r * groups + c / w.group_size;
+  return fmaf(scale_at(w.scales, w.scale_dtype, gi), static_cast<float>(tile_code(w.codes, r, c, k, w.bits)),
+              scale_at(w.biases, w.scale_dtype, gi));
+}
+
+__global__ void affine_dequantize_kernel(AffineWeights w, int64_t row0, int64_t rows, int64_t k,
+                                         __nv_bfloat16* __restrict__ out) {
+  grid_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * k) return;
+  out[i] = __float2bfloat16_rn(dequantized(w, row0 + i / k, i % k, k));
+}
+
+__global__ void affine_embed_kernel(const int32_t* __restrict__ ids, int64_t n, AffineWeights w, int64_t dim,
+                                    float scale, float* __restrict__ out) {
+  grid_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * dim) return;
+  out[i] = dequantized(w, ids[i / dim], i % dim, dim) * scale;
+}
+
+// x [n, k] (row stride ldx) as the MMAs' B operand: column c = row c (split 1) or the
+// bf16 hi (c = 2i) and lo (c = 2i + 1) parts of row i (split 2); columns past the rows are
+// zero. packed: per tile kt, column, lane quad t: 16 bf16 (steps 0..3: k 2t, 2t+1, 2t+8,
+// 2t+9); sums [groups, 8]: Σ of the column's bf16 values over each group.
+__global__ void affine_pack_x_kernel(const float* __restrict__ x, int n, int64_t ldx, int64_t k, int split,
+                                     int group_size, __nv_bfloat16* __restrict__ packed, float* __restrict__ sums) {
+  grid_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one packed element
+  if (i < k * kColumns) {
+    const int64_t kt = i / (kColumns * 64);
+    const int within = static_cast<int>(i % (kColumns * 64));
+    const int col = within / 64, t = (within % 64) / 16, step = (within % 16) / 4, e = within % 4;
+    const int64_t c = kt * kTileK + 16 * step + 2 * t + (e & 1) + (e >> 1) * 8;
+    float v = 0.0f;
+    const int row = col / split;
+    if (row < n) {
+      const float xv = x[row * ldx + c];
+      const __nv_bfloat16 hi = __float2bfloat16_rn(xv);
+      v = (split == 2 && col % 2 == 1) ? xv - __bfloat162float(hi) : xv;
+    }
+    packed[i] = __float2bfloat16_rn(v);
+  }
+  const int64_t groups = k / group_size;
+  if (i < groups * kColumns) {  // one thread per (group, column), in k order
+    const int64_t gi = i / kColumns;
+    const int col = static_cast<int>(i % kColumns), row = col / split;
+    float s = 0.0f;
+    if (row < n)
+      for (int64_t c = gi * group_size; c < (gi + 1) * group_size; ++c) {
+        const float xv = x[row * ldx + c];
+        const float hi = __bfloat162float(__float2bfloat16_rn(xv));
+        s += (split == 2 && col % 2 == 1) ? __bfloat162float(__float2bfloat16_rn(xv - hi)) : hi;
+      }
+    sums[i] = s;
+  }
+}
+
+// Per block: RT row tiles (one target's tile, or gate's and up's for the gated form) over
+// all of k; the block's warps take contiguous shares of k (whole groups), and their sums
+// are added in warp order. Tiles of a share go D at a time: all their loads are issued,
+// then consumed.
+template <int Bits, int RT, bool Gated>
+__global__ void __launch_bounds__(kAffineWarps* kWarp)
+    affine_mma_kernel(AffineBatch p, const uint4* __restrict__ xp, const float* __restrict__ xsum) {
+  constexpr int Planes = Bits / 4, D = 8 / Planes / RT > 1 ? 8 / Planes / RT : 1;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int64_t k = p.k;
+  const int ktiles = static_cast<int>(k / kTileK), groups = static_cast<int>(k / p.group_size);
+  const AffineTarget* target[RT];
+  int tile[RT];
+  if constexpr (Gated) {
+    target[0] = &p.target[0], target[1] = &p.target[1], tile[0] = tile[1] = blockIdx.x;
+  } else {
+    int ti = 0;
+    while (ti + 1 < p.count && static_cast<int>(blockIdx.x) >= p.first_tile[ti + 1]) ++ti;
+    target[0] = &p.target[ti], tile[0] = blockIdx.x - p.first_tile[ti];
+  }
+  const uint4* codes[RT];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+    codes[rt] = reinterpret_cast<const uint4*>(target[rt]->w.codes) +
+                (static_cast<int64_t>(tile[rt]) * ktiles * kTileLanes + lane) * Planes;
+  // This warp's share: whole units (a group, or a tile when groups are smaller).
+  const int unit = p.group_size > kTileK ? p.group_size / kTileK : 1, units = ktiles / unit;
+  const int kt0 = warp * units / kAffineWarps * unit, kt1 = (warp + 1) * units / kAffineWarps * unit;
+  const int steps_per_group = p.group_size / 16;
+  const bool has_x = g < p.columns;
+  const float offset = Bits == 4 ? 128.0f : 128.0f * 17.0f;
+
+  float acc[RT][4] = {}, c[RT][4] = {};
+  uint4 w[D][RT][Planes];
+  const auto load = [&](int kt0_) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int pl = 0; pl < Planes; ++pl)
+          w[d][rt][pl] = kt0_ + d < kt1 ? load_stream(codes[rt] + static_cast<int64_t>(kt0_ + d) * kTileLanes * Planes + pl)
+                                        : make_uint4(0, 0, 0, 0);
+  };
+  load(kt0);
+  grid_wait();
+  for (int kt = kt0; kt < kt1; kt += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (kt + d >= kt1) break;
+      uint4 xv[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+      if (has_x) {
+        const uint4* src = xp + ((static_cast<int64_t>(kt + d) * kColumns + g) * 4 + t) * 2;
+        xv[0] = __ldg(src), xv[1] = __ldg(src + 1);
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t b0 = word(xv[s / 2], (s % 2) * 2), b1 = word(xv[s / 2], (s % 2) * 2 + 1);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          uint32_t a[4];
+          nibble_fragment(word(w[d][rt][0], s), a);
+          mma_bf16(c[rt], a, b0, b1);
+          if constexpr (Bits == 8) {
+            const __nv_bfloat162 sixteen = __float2bfloat162_rn(16.0f);
+            __nv_bfloat162 x0 = *reinterpret_cast<const __nv_bfloat162*>(&b0),
+                           x1 = *reinterpret_cast<const __nv_bfloat162*>(&b1);
+            x0 = __hmul2(x0, sixteen), x1 = __hmul2(x1, sixteen);
+            nibble_fragment(word(w[d][rt][1], s), a);
+            mma_bf16(c[rt], a, *reinterpret_cast<const uint32_t*>(&x0), *reinterpret_cast<const uint32_t*>(&x1));
+          }
+        }
+        const int step = (kt + d) * 4 + s;
+        if ((step + 1) % steps_per_group == 0) {  // the group ends: scale it into the sums
+          const int gi = step / steps_per_group;
+          const float xs0 = __ldg(xsum + gi * kColumns + 2 * t), xs1 = __ldg(xsum + gi * kColumns + 2 * t + 1);
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt) {
+            const AffineWeights& m = target[rt]->w;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int64_t gidx = (static_cast<int64_t>(tile[rt]) * kTileRows + g + 8 * h) * groups + gi;
+              const float sc = scale_at(m.scales, m.scale_dtype, gidx);
+              const float bi = fmaf(-offset, sc, scale_at(m.biases, m.scale_dtype, gidx));
+              acc[rt][2 * h] = fmaf(sc, c[rt][2 * h], fmaf(bi, xs0, acc[rt][2 * h]));
+              acc[rt][2 * h + 1] = fmaf(sc, c[rt][2 * h + 1], fmaf(bi, xs1, acc[rt][2 * h + 1]));
+              c[rt][2 * h] = c[rt][2 * h + 1] = 0.0f;
+            }
+          }
+        }
+      }
+    }
+    if (kt + D < kt1) load(kt + D);
+  }
+
+  // The warps' sums, added in warp order; then one output per (decode row, tile row).
+  __shared__ float partial[kAffineWarps][RT][4][kWarp];
+  __shared__ float total[RT][kTileRows][kColumns];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[warp][rt][i][lane] = acc[rt][i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < RT * kTileRows * kColumns; i += blockDim.x) {
+    const int rt = i / (kTileRows * kColumns), r = (i / kColumns) % kTileRows, col = i % kColumns;
+    const int from = (r % 8) * 4 + col / 2, reg = (r >= 8 ? 2 : 0) + col % 2;
+    float s = 0.0f;
+    for (int wi = 0; wi < kAffineWarps; ++wi) s += partial[wi][rt][reg][from];
+    total[rt][r][col] = s;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.rows * kTileRows; i += blockDim.x) {
+    const int row = i / kTileRows, r = i % kTileRows, col = row * p.split;
+    float v[RT];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+      v[rt] = total[rt][r][col] + (p.split == 2 ? total[rt][r][col + 1] : 0.0f);
+      const int m = tile[rt] * kTileRows + r;
+      if (target[rt]->bias != nullptr) v[rt] += target[rt]->bias[m];
+    }
+    const int m = tile[0] * kTileRows + r;
+    if constexpr (Gated) {
+      p.gated_out[row * p.ldo + m] = activate(p.act, v[0]) * v[1];
+    } else {
+      float* o = target[0]->out + row * target[0]->ldo + m;
+      *o = p.accumulate ? *o + v[0] : v[0];
+    }
+  }
+}
+
+template <int Bits, int RT, bool Gated>
+void launch_mma(const AffineBatch& batch, unsigned blocks, const Bf16* xp, const float* xsum, cudaStream_t stream) {
+  launch(affine_mma_kernel<Bits, RT, Gated>, blocks, kAffineWarps * kWarp, 0, stream, batch,
+         reinterpret_cast<const uint4*>(xp), xsum);
+}
+
+}  // namespace
+
+bool affine_shape_supported(int bits, int group_size, int64_t rows, int64_t k) {
+  return (bits == 4 || bits == 8) && (group_size == 32 || group_size == 64 || group_size == 128) &&
+         rows % kTileRows == 0 && k % kTileK == 0 && k % group_size == 0 && rows < (int64_t{1} << 31) &&
+         rows * k < (int64_t{1} << 40);
+}
+
+void affine_tile(const uint32_t* mlx, int64_t rows, int64_t k, int bits, void* tiles, cudaStream_t stream) {
+  const int64_t words = rows * k * bits / 32;
+  launch(affine_tile_kernel, blocks_for(words, 256), 256, 0, stream, mlx, rows, k, bits, static_cast<uint8_t*>(tiles));
+}
+
+void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, Bf16* out, cudaStream_t stream) {
+  launch(affine_dequantize_kernel, blocks_for(rows * k, 256), 256, 0, stream, w, row0, rows, k,
+         reinterpret_cast<__nv_bfloat16*>(out));
+}
+
+void affine_embed(const int32_t* ids, int64_t n, const AffineWeights& w, int64_t dim, float scale, float* out,
+                  cudaStream_t stream) {
+  launch(affine_embed_kernel, blocks_for(n * dim, 256), 256, 0, stream, ids, n, w, dim, scale, out);
+}
+
+int64_t affine_x_bytes(int64_t k, int group_size) {
+  return k * kColumns * 2 + (k / group_size) * kColumns * static_cast<int64_t>(sizeof(float));
+}
+
+void affine_pack_x(const float* x, int n, int64_t ldx, int64_t k, int split, int group_size, void* workspace,
+                   cudaStream_t stream) {
+  auto* packed = static_cast<__nv_bfloat16*>(workspace);
+  auto* sums = reinterpret_cast<float*>(static_cast<char*>(workspace) + k * kColumns * 2);
+  launch(affine_pack_x_kernel, blocks_for(k * kColumns, 256), 256, 0, stream, x, n, ldx, k, split, group_size, packed,
+         sums);
+}
+
+void affine_matmul(const AffineBatch& batch, const void* workspace, cudaStream_t stream) {
+  const auto* xp = static_cast<const Bf16*>(workspace);
+  const auto* xsum = reinterpret_cast<const float*>(static_cast<const char*>(workspace) + batch.k * kColumns * 2);
+  const int bits = batch.target[0].w.bits;
+  if (batch.gated) {
+    const unsigned blocks = static_cast<unsigned>(batch.target[0].rows / kTileRows);
+    return bits == 4 ? launch_mma<4, 2, true>(batch, blocks, xp, xsum, stream)
+                     : launch_mma<8, 2, true>(batch, blocks, xp, xsum, stream);
+  }
+  const unsigned blocks = static_cast<unsigned>(batch.first_tile[batch.count]);
+  return bits == 4 ? launch_mma<4, 1, false>(batch, blocks, xp, xsum, stream)
+                   : launch_mma<8, 1, false>(batch, blocks, xp, xsum, stream);
+}
+
+}  // namespace kettle::cuda
