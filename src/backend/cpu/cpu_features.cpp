@@ -15,6 +15,7 @@ CpuFeatures detect() {
   f.avx2_fma_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   f.avx512 = f.avx2_fma_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
   return f;
 }

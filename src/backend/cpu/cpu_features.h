@@ -7,6 +7,7 @@ namespace kettle {
 struct CpuFeatures {
   bool avx2_fma_f16c = false;
   bool avx512 = false;  // avx512f + bw + vl + dq, what matmul_avx512.cpp is built for
+  bool avx512_bf16 = false;  // and vdpbf16ps: matmul_avx512_bf16.cpp
 };
 
 const CpuFeatures& cpu_features();

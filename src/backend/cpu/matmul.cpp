@@ -85,6 +85,8 @@ RowsFn rows_fn(MatmulPath path) {
       return &matmul_rows_avx512;
     case MatmulPath::kBlas:
       return &blas_rows;
+    case MatmulPath::kAvx512Bf16:
+      return &matmul_rows_avx512_bf16;
   }
   return &matmul_rows_generic;
 }
@@ -124,6 +126,8 @@ const char* matmul_path_name(MatmulPath path) {
       return "avx512";
     case MatmulPath::kBlas:
       return "openblas";
+    case MatmulPath::kAvx512Bf16:
+      return "avx512-bf16";
   }
   return "?";
 }
@@ -138,6 +142,8 @@ bool matmul_path_available(MatmulPath path) {
       return cpu_features().avx512;
     case MatmulPath::kBlas:
       return true;
+    case MatmulPath::kAvx512Bf16:
+      return cpu_features().avx512_bf16;
   }
   return false;
 }
@@ -146,10 +152,11 @@ bool matmul_path_available(MatmulPath path) {
 // Haswell kernels: our AVX-512 and AVX2 kernels beat sgemm at every n from 1
 // to 128 and every weight dtype (sgemm needs the f32 panels we widen for it,
 // and gets no AVX-512); sgemm beats the portable kernels at every n.
-MatmulPath choose_matmul_path(int64_t /*n*/, DType /*dtype*/) {
+MatmulPath choose_matmul_path(int64_t /*n*/, DType dtype) {
   switch (best_cpu_isa()) {
     case CpuIsa::kAvx512:
-      return MatmulPath::kAvx512;
+      // Packed codes (affine weights) take BF16 dot products where the CPU has them.
+      return dtype == DType::kU32 && cpu_features().avx512_bf16 ? MatmulPath::kAvx512Bf16 : MatmulPath::kAvx512;
     case CpuIsa::kAvx2:
       return MatmulPath::kAvx2;
     case CpuIsa::kGeneric:
@@ -240,6 +247,14 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
     total += (m + granule - 1) / granule * granule;  // each weight starts on a granule boundary
   }
   if (parts.empty()) return;
+  // The BF16 kernel's split x, made once here for every thread and target that reads it.
+  thread_local Bf16SplitX split;
+  if (path == MatmulPath::kAvx512Bf16 &&
+      std::any_of(parts.begin(), parts.end(), [](const GroupPart& p) { return affine_bf16_kernel_applies(p.affine); })) {
+    split_x_bf16(x, n, ldx, parts.front().task.k, split);
+    for (GroupPart& p : parts)
+      if (affine_bf16_kernel_applies(p.affine)) p.task.split_x = &split;
+  }
 
   RowsFn fn = rows_fn(path);
   const auto run_range = [&](int64_t begin, int64_t end) {
@@ -263,6 +278,22 @@ void cpu_matmul_many_on(MatmulPath path, ThreadPool& pool, const float* x, int64
     int64_t begin = std::min(total, thread * chunk);
     run_range(begin, std::min(total, begin + chunk));
   });
+}
+
+void split_x_bf16(const float* x, int64_t n, int64_t ldx, int64_t k, Bf16SplitX& out) {
+  out.k = k;
+  out.hi.resize(static_cast<size_t>(n * k));
+  out.lo.resize(out.hi.size());
+  out.sums.assign(static_cast<size_t>(n * (k / 32)), 0.0f);
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t j = 0; j < k; ++j) {
+      const float v = x[c * ldx + j];
+      const uint16_t hi = f32_to_bf16(v), lo = f32_to_bf16(v - bf16_to_f32(hi));
+      const size_t at = static_cast<size_t>(c * k + j);
+      out.hi[at] = hi;
+      out.lo[at] = lo;
+      out.sums[static_cast<size_t>(c * (k / 32) + j / 32)] += bf16_to_f32(hi) + bf16_to_f32(lo);
+    }
 }
 
 }  // namespace kettle

@@ -24,8 +24,10 @@ struct MatmulTarget {
 };
 
 // Who computes a matmul: one of the register-tiled kernels, or OpenBLAS sgemm
-// on weight panels widened to f32.
-enum class MatmulPath { kGeneric, kAvx2, kAvx512, kBlas };
+// on weight panels widened to f32. kAvx512Bf16: 4-bit affine weights through
+// BF16 dot products (x as bf16 hi + lo: sums within the last bits of the dense
+// f32 matmul, not bit for bit), anything else as kAvx512.
+enum class MatmulPath { kGeneric, kAvx2, kAvx512, kBlas, kAvx512Bf16 };
 
 const char* matmul_path_name(MatmulPath path);
 

@@ -5,12 +5,33 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backend/linear.h"
 #include "tensor/affine_quant.h"
 #include "tensor/dtype.h"
 
 namespace kettle {
+
+// x's rows as the AVX-512 BF16 kernel for 4-bit affine weights reads them (made once per
+// matmul by split_x_bf16): bf16 parts hi = bf16(x) and lo = bf16(x − hi), and Σ (hi + lo)
+// per 32 elements.
+struct Bf16SplitX {
+  std::vector<uint16_t> hi, lo;  // [n, k]
+  std::vector<float> sums;       // [n, k / 32]
+  int64_t k = 0;
+  // Σ (hi + lo) over elements [begin, begin + count) of token row c (multiples of 32), in order.
+  float group_sum(int64_t c, int64_t begin, int64_t count) const {
+    float s = 0.0f;
+    for (int64_t j = begin; j < begin + count; j += 32) s += sums[static_cast<size_t>(c * (k / 32) + j / 32)];
+    return s;
+  }
+};
+void split_x_bf16(const float* x, int64_t n, int64_t ldx, int64_t k, Bf16SplitX& out);
+// Whether a weight takes the BF16 kernel (4-bit affine; k a multiple of 32 always is).
+inline bool affine_bf16_kernel_applies(const AffineScales* affine) {
+  return affine != nullptr && affine->bits == 4;
+}
 
 // A whole matmul out[n, m] = x[n, k] · wᵀ + bias; a thread computes a range of
 // output features (rows of w) so each thread streams distinct weight bytes.
@@ -28,6 +49,8 @@ struct MatmulTask {
   // kernels widen each 8 or 16 of them to s · q + b as they load them, so the sums are
   // those of a dense f32 weight of the dequantized values (k is a multiple of 32).
   const AffineScales* affine = nullptr;
+  // x split for the AVX-512 BF16 kernel, when the path is kAvx512Bf16 and the weight 4-bit.
+  const Bf16SplitX* split_x = nullptr;
 };
 
 // One row of an affine task as the kernels' loaders read it.
@@ -69,6 +92,8 @@ inline AffineRowView affine_row_view(const MatmulTask& t, int64_t row) {
 void matmul_rows_generic(const MatmulTask& task, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx2(const MatmulTask& task, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulTask& task, int64_t row_begin, int64_t row_end);
+// 4-bit affine tasks with a split x through vdpbf16ps; any other task as matmul_rows_avx512.
+void matmul_rows_avx512_bf16(const MatmulTask& task, int64_t row_begin, int64_t row_end);
 
 void convert_to_f32_generic(const void* src, DType dtype, float* dst, int64_t n);
 void convert_to_f32_avx2(const void* src, DType dtype, float* dst, int64_t n);

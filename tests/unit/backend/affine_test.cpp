@@ -220,8 +220,61 @@ TEST(AffineMatmul, MixesWithDenseTargetsInOneCall) {
   cpu_matmul_many(pool, x.data(), n, k, both, 2);
   cpu_matmul(pool, x.data(), n, k, deq, nullptr, q_want.data(), 24);
   cpu_matmul(pool, x.data(), n, k, dense_t, nullptr, d_want.data(), 8);
-  EXPECT_EQ(q_out, q_want);
+  if (choose_matmul_path(n, DType::kU32) == MatmulPath::kAvx512Bf16) {  // 4-bit: BF16 dot products
+    for (size_t i = 0; i < q_out.size(); ++i) EXPECT_NEAR(q_out[i], q_want[i], 1e-4f * (1 + std::abs(q_want[i])));
+  } else {
+    EXPECT_EQ(q_out, q_want);
+  }
   EXPECT_EQ(d_out, d_want);
+}
+
+// The BF16 kernel (4-bit weights, x as bf16 hi + lo): within the last bits of the dense f32
+// matmul of the dequantized weights, and the same bits for a row alone, in any batch and
+// on any number of threads; other bit widths on this path are the AVX-512 kernels' own.
+TEST(AffineMatmul, Bf16KernelIsTheDenseMatmulToTheLastBitsAndBatchInvariant) {
+  if (!matmul_path_available(MatmulPath::kAvx512Bf16)) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int bits : {4, 8}) {
+    for (int group : {32, 64, 128}) {
+      const int64_t m = 44, k = 640, n = 19;  // m: tiles of 4 rows and a remainder; groups: 16 a vector, and more
+      AffineWeight a = make_affine(m, k, bits, group, rng);
+      const Tensor dense{a.dense.data(), DType::kF32, {m, k}};
+      std::vector<float> bias(static_cast<size_t>(m));
+      for (float& v : bias) v = normal(rng);
+      const Tensor bias_t{bias.data(), DType::kF32, {m}};
+      std::vector<float> x(static_cast<size_t>(n * k));
+      for (float& v : x) v = normal(rng);
+      const auto run = [&](const float* xs, int64_t rows, int threads) {
+        ThreadPool pool(threads);
+        std::vector<float> out(static_cast<size_t>(rows * m), NAN);
+        const MatmulTarget target{&a.tensor, &bias_t, out.data(), m, &a.parts};
+        cpu_matmul_many_on(MatmulPath::kAvx512Bf16, pool, xs, rows, k, &target, 1);
+        return out;
+      };
+      ThreadPool pool(2);
+      std::vector<float> want(static_cast<size_t>(n * m));
+      cpu_matmul_on(MatmulPath::kAvx512, pool, x.data(), n, k, dense, &bias_t, want.data(), m);
+      const std::vector<float> all = run(x.data(), n, 2);
+      const std::string label = std::to_string(bits) + "-bit, groups of " + std::to_string(group);
+      if (bits != 4) {
+        EXPECT_EQ(all, want) << label;
+        continue;
+      }
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < all.size(); ++i) {
+        err += (all[i] - want[i]) * static_cast<double>(all[i] - want[i]);
+        norm += want[i] * static_cast<double>(want[i]);
+      }
+      EXPECT_LE(std::sqrt(err / norm), 2e-5) << label;
+      for (int64_t t = 0; t < n; ++t) {
+        const std::vector<float> alone = run(x.data() + t * k, 1, t % 2 + 1);
+        ASSERT_EQ(0, std::memcmp(alone.data(), all.data() + t * m, static_cast<size_t>(m) * sizeof(float)))
+            << label << ", token row " << t;
+      }
+      EXPECT_EQ(run(x.data(), n, 3), all) << label << ", 3 threads";
+    }
+  }
 }
 
 }  // namespace

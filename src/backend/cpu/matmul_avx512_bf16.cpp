@@ -1,0 +1,138 @@
+// 4-bit affine weights on AVX-512 with BF16 dot products (vdpbf16ps), the
+// decode-speed path: a byte of MLX codes holds elements 2i (low nibble) and
+// 2i + 1 (high nibble), which become one 32-bit lane of two bf16 values 128 + q
+// (0x4300 | q is exactly 128 + q) in three logic ops per 16 bytes; x goes in as
+// two bf16 parts, hi = bf16(x) and lo = bf16(x − hi) (16 significant bits, as
+// the CUDA backend's exact rule), so each product is exact and only the f32
+// sums round. Per group g of a weight row and token row:
+//   out += s_g · Σ (128 + q)·x  +  (b_g − 128·s_g) · Σ x
+// (Σ x over the group from the same hi + lo parts). Each output is summed in an
+// order fixed by k alone, so a row's bits do not depend on the batch or the
+// thread split; they differ from the dense f32 matmul of the dequantized
+// weights in the last bits. Other weights take the AVX-512 kernels unchanged.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/matmul_kernels.h"
+
+namespace kettle {
+namespace {
+
+// 32 codes (16 bytes) as 16 lanes of bf16 pairs 128 + q.
+inline __m512bh code_pairs(const uint8_t* p) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i shifted = _mm512_slli_epi32(bytes, 12);  // the high nibble to bits 16..19
+  const __m512i low = _mm512_ternarylogic_epi32(bytes, _mm512_set1_epi32(0xF), _mm512_set1_epi32(0x43004300), 0xEA);
+  return (__m512bh)_mm512_ternarylogic_epi32(low, shifted, _mm512_set1_epi32(0x000F0000), 0xF8);
+}
+
+inline __m512bh load_bf16(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+// Per call: x's group sums [n, groups], and each tile's rows' scales and shifted biases
+// (b − 128·s) widened to f32 [R, groups].
+struct TileScratch {
+  std::vector<float> x_sums, scales, shifted;
+};
+
+// Weight rows [r0, r0 + R) against token rows [c0, c0 + C). vdpbf16ps has a latency of
+// several cycles, so the hi and lo parts sum in chains of their own (8 chains for one
+// token); every output takes the same steps whatever R and C, so its bits do not depend
+// on the batch or the thread split.
+template <int R, int C>
+void tile(const MatmulTask& t, const Bf16SplitX& x, const float* scales, const float* shifted, const float* x_sums,
+          int64_t r0, int64_t c0) {
+  const int group = t.affine->group_size;
+  const int64_t groups = t.k / group, row_bytes = t.k / 2;
+  const uint8_t* codes = static_cast<const uint8_t*>(t.w) + r0 * row_bytes;
+  const int64_t ahead = R * row_bytes;  // the next tile's rows (rows are contiguous): short
+                                        // rows give the hardware prefetcher too little
+  __m512 total[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) total[r][c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 acc[R][C], acc_lo[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps(), acc_lo[r][c] = _mm512_setzero_ps();
+    for (int64_t j = g * group; j < (g + 1) * group; j += 32) {
+      __m512bh xh[C], xl[C];
+      for (int c = 0; c < C; ++c) {
+        const size_t at = static_cast<size_t>((c0 + c) * t.k + j);
+        xh[c] = load_bf16(x.hi.data() + at);
+        xl[c] = load_bf16(x.lo.data() + at);
+      }
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = codes + r * row_bytes + j / 2;
+        if ((j & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
+        const __m512bh q = code_pairs(p);
+        for (int c = 0; c < C; ++c) {
+          acc[r][c] = _mm512_dpbf16_ps(acc[r][c], q, xh[c]);
+          acc_lo[r][c] = _mm512_dpbf16_ps(acc_lo[r][c], q, xl[c]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 sv = _mm512_set1_ps(scales[r * groups + g]);
+      for (int c = 0; c < C; ++c)
+        total[r][c] = _mm512_fmadd_ps(_mm512_add_ps(acc[r][c], acc_lo[r][c]), sv, total[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      // Σ_g (b − 128·s)_g · (Σ x)_g, 16 groups at a time, then the rest in order.
+      __m512 lin = _mm512_setzero_ps();
+      int64_t g = 0;
+      for (; g + 16 <= groups; g += 16)
+        lin = _mm512_fmadd_ps(_mm512_loadu_ps(shifted + r * groups + g), _mm512_loadu_ps(x_sums + (c0 + c) * groups + g),
+                              lin);
+      float linear = _mm512_reduce_add_ps(lin);
+      for (; g < groups; ++g) linear += shifted[r * groups + g] * x_sums[(c0 + c) * groups + g];
+      float v = _mm512_reduce_add_ps(total[r][c]) + linear;
+      if (t.bias != nullptr) v += t.bias[r0 + r];
+      t.out[(c0 + c) * t.ldo + r0 + r] = v;
+    }
+}
+
+// Rows [r0, r0 + R) against every token row, two at a time.
+template <int R>
+void rows_against_tokens(const MatmulTask& t, const Bf16SplitX& x, TileScratch& s, int64_t r0) {
+  const int64_t groups = t.k / t.affine->group_size;
+  const size_t sb_row = static_cast<size_t>(groups) * dtype_size(t.affine->scales.dtype);
+  for (int r = 0; r < R; ++r) {
+    float* sc = s.scales.data() + r * groups;
+    float* sh = s.shifted.data() + r * groups;
+    convert_to_f32_avx512(static_cast<const uint8_t*>(t.affine->scales.data) + (r0 + r) * sb_row,
+                          t.affine->scales.dtype, sc, groups);
+    convert_to_f32_avx512(static_cast<const uint8_t*>(t.affine->biases.data) + (r0 + r) * sb_row,
+                          t.affine->biases.dtype, sh, groups);
+    for (int64_t g = 0; g < groups; ++g) sh[g] -= 128.0f * sc[g];
+  }
+  int64_t c = 0;
+  for (; c + 2 <= t.n; c += 2) tile<R, 2>(t, x, s.scales.data(), s.shifted.data(), s.x_sums.data(), r0, c);
+  if (c < t.n) tile<R, 1>(t, x, s.scales.data(), s.shifted.data(), s.x_sums.data(), r0, c);
+}
+
+}  // namespace
+
+void matmul_rows_avx512_bf16(const MatmulTask& t, int64_t row_begin, int64_t row_end) {
+  if (t.split_x == nullptr) return matmul_rows_avx512(t, row_begin, row_end);
+  const Bf16SplitX& x = *t.split_x;
+  thread_local TileScratch s;
+  const int group = t.affine->group_size;
+  const int64_t groups = t.k / group;
+  s.x_sums.resize(static_cast<size_t>(t.n * groups));
+  for (int64_t c = 0; c < t.n; ++c)
+    for (int64_t g = 0; g < groups; ++g) s.x_sums[static_cast<size_t>(c * groups + g)] = x.group_sum(c, g * group, group);
+  s.scales.resize(static_cast<size_t>(4 * groups));
+  s.shifted.resize(s.scales.size());
+  int64_t r = row_begin;
+  for (; r + 4 <= row_end; r += 4) rows_against_tokens<4>(t, x, s, r);
+  for (; r < row_end; ++r) rows_against_tokens<1>(t, x, s, r);
+}
+
+}  // namespace kettle
