@@ -115,12 +115,20 @@ __device__ __forceinline__ float dequantized(const AffineWeights& w, int64_t r, 
               scale_at(w.biases, w.scale_dtype, gi));
 }
 
+// Eight consecutive elements of a row a thread (one group's scale and bias, one 16-byte store).
 __global__ void affine_dequantize_kernel(AffineWeights w, int64_t row0, int64_t rows, int64_t k,
                                          __nv_bfloat16* __restrict__ out) {
   grid_wait();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * k) return;
-  out[i] = __float2bfloat16_rn(dequantized(w, row0 + i / k, i % k, k));
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one run of 8
+  if (i >= rows * k / 8) return;
+  const int64_t r = i / (k / 8), c0 = i % (k / 8) * 8;
+  const int64_t gi = (row0 + r) * (k / w.group_size) + c0 / w.group_size;
+  const float s = scale_at(w.scales, w.scale_dtype, gi), b = scale_at(w.biases, w.scale_dtype, gi);
+  __align__(16) __nv_bfloat16 v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    v[e] = __float2bfloat16_rn(fmaf(s, static_cast<float>(tile_code(w.codes, row0 + r, c0 + e, k, w.bits)), b));
+  *reinterpret_cast<uint4*>(out + r * k + c0) = *reinterpret_cast<const uint4*>(v);
 }
 
 __global__ void affine_embed_kernel(const int32_t* __restrict__ ids, int64_t n, AffineWeights w, int64_t dim,
@@ -134,38 +142,41 @@ __global__ void affine_embed_kernel(const int32_t* __restrict__ ids, int64_t n, 
 // x [n, k] (row stride ldx) as the MMAs' B operand: column c = row c (split 1) or the
 // bf16 hi (c = 2i) and lo (c = 2i + 1) parts of row i (split 2); columns past the rows are
 // zero. packed: per tile kt, column, lane quad t: 16 bf16 (steps 0..3: k 2t, 2t+1, 2t+8,
-// 2t+9); sums [groups, 8]: Σ of the column's bf16 values over each group.
-__global__ void affine_pack_x_kernel(const float* __restrict__ x, int n, int64_t ldx, int64_t k, int split,
-                                     int group_size, __nv_bfloat16* __restrict__ packed, float* __restrict__ sums) {
+// 2t+9); sums [groups, 8]: Σ of the column's bf16 values over each group. The first
+// pack_blocks blocks pack, one element a thread; the rest sum, one warp per (group, column).
+__device__ __forceinline__ float column_value(const float* x, int n, int64_t ldx, int split, int col, int64_t c) {
+  const int row = col / split;
+  if (row >= n) return 0.0f;
+  const float xv = x[row * ldx + c];
+  if (split == 1 || col % 2 == 0) return __bfloat162float(__float2bfloat16_rn(xv));
+  return __bfloat162float(__float2bfloat16_rn(xv - __bfloat162float(__float2bfloat16_rn(xv))));
+}
+
+constexpr int kPackThreads = 256;
+
+__global__ void __launch_bounds__(kPackThreads)
+    affine_pack_x_kernel(const float* __restrict__ x, int n, int64_t ldx, int64_t k, int split, int group_size,
+                         unsigned pack_blocks, __nv_bfloat16* __restrict__ packed, float* __restrict__ sums) {
   grid_wait();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one packed element
-  if (i < k * kColumns) {
+  if (blockIdx.x < pack_blocks) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one packed element
+    if (i >= k * kColumns) return;
     const int64_t kt = i / (kColumns * 64);
     const int within = static_cast<int>(i % (kColumns * 64));
     const int col = within / 64, t = (within % 64) / 16, step = (within % 16) / 4, e = within % 4;
     const int64_t c = kt * kTileK + 16 * step + 2 * t + (e & 1) + (e >> 1) * 8;
-    float v = 0.0f;
-    const int row = col / split;
-    if (row < n) {
-      const float xv = x[row * ldx + c];
-      const __nv_bfloat16 hi = __float2bfloat16_rn(xv);
-      v = (split == 2 && col % 2 == 1) ? xv - __bfloat162float(hi) : xv;
-    }
-    packed[i] = __float2bfloat16_rn(v);
+    packed[i] = __float2bfloat16_rn(column_value(x, n, ldx, split, col, c));
+    return;
   }
-  const int64_t groups = k / group_size;
-  if (i < groups * kColumns) {  // one thread per (group, column), in k order
-    const int64_t gi = i / kColumns;
-    const int col = static_cast<int>(i % kColumns), row = col / split;
-    float s = 0.0f;
-    if (row < n)
-      for (int64_t c = gi * group_size; c < (gi + 1) * group_size; ++c) {
-        const float xv = x[row * ldx + c];
-        const float hi = __bfloat162float(__float2bfloat16_rn(xv));
-        s += (split == 2 && col % 2 == 1) ? __bfloat162float(__float2bfloat16_rn(xv - hi)) : hi;
-      }
-    sums[i] = s;
-  }
+  const int64_t w = (blockIdx.x - pack_blocks) * static_cast<int64_t>(kPackThreads / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (w >= (k / group_size) * kColumns) return;
+  const int64_t gi = w / kColumns;
+  const int col = static_cast<int>(w % kColumns);
+  float s = 0.0f;
+  for (int64_t c = gi * group_size + lane; c < (gi + 1) * group_size; c += kWarp) s += column_value(x, n, ldx, split, col, c);
+  s = warp_sum(s);
+  if (lane == 0) sums[w] = s;
 }
 
 // Per block: RT row tiles (one target's tile, or gate's and up's for the gated form) over
@@ -175,7 +186,7 @@ __global__ void affine_pack_x_kernel(const float* __restrict__ x, int n, int64_t
 template <int Bits, int RT, bool Gated>
 __global__ void __launch_bounds__(kAffineWarps* kWarp)
     affine_mma_kernel(AffineBatch p, const uint4* __restrict__ xp, const float* __restrict__ xsum) {
-  constexpr int Planes = Bits / 4, D = 8 / Planes / RT > 1 ? 8 / Planes / RT : 1;
+  constexpr int Planes = Bits / 4, D = 4 / Planes / RT > 1 ? 4 / Planes / RT : 1;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t k = p.k;
   const int ktiles = static_cast<int>(k / kTileK), groups = static_cast<int>(k / p.group_size);
@@ -201,20 +212,44 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
   const float offset = Bits == 4 ? 128.0f : 128.0f * 17.0f;
 
   float acc[RT][4] = {}, c[RT][4] = {};
-  uint4 w[D][RT][Planes];
-  const auto load = [&](int kt0_) {
+  // Two batches of D tiles in flight: both issued before grid_wait() (codes never depend on
+  // the previous kernel), each reloaded as soon as it is consumed.
+  uint4 wa[D][RT][Planes], wb[D][RT][Planes];
+  const auto load = [&](uint4(&w)[D][RT][Planes], int from) {
 #pragma unroll
     for (int d = 0; d < D; ++d)
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
         for (int pl = 0; pl < Planes; ++pl)
-          w[d][rt][pl] = kt0_ + d < kt1 ? load_stream(codes[rt] + static_cast<int64_t>(kt0_ + d) * kTileLanes * Planes + pl)
+          w[d][rt][pl] = from + d < kt1 ? load_stream(codes[rt] + static_cast<int64_t>(from + d) * kTileLanes * Planes + pl)
                                         : make_uint4(0, 0, 0, 0);
   };
-  load(kt0);
+  // The share's scales and biases into L1 while the codes come (they are read at each
+  // group's end, a dependent load per group otherwise): lane l takes row l % 16 of the
+  // scales (l < 16) or the biases.
+  const int64_t g0 = static_cast<int64_t>(kt0) * kTileK / p.group_size;
+  const int64_t g1 = (static_cast<int64_t>(kt1) * kTileK + p.group_size - 1) / p.group_size;
+  {
+    const int esz = target[0]->w.scale_dtype == kAffineScaleF32 ? 4 : 2;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+      const auto* base = static_cast<const char*>(lane < 16 ? target[rt]->w.scales : target[rt]->w.biases);
+      const int64_t row = static_cast<int64_t>(tile[rt]) * kTileRows + lane % 16;
+      for (int64_t b = (row * groups + g0) * esz & ~int64_t{63}; b < (row * groups + g1) * esz; b += 64)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(base + b));
+    }
+  }
+  load(wa, kt0);
+  load(wb, kt0 + D);
   grid_wait();
-  for (int kt = kt0; kt < kt1; kt += D) {
+  // x's share and its group sums into L1: one line per tile and column, and per two groups.
+  if (has_x && t == 0)
+    for (int kt = kt0; kt < kt1; ++kt)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(xp + (static_cast<int64_t>(kt) * kColumns + g) * 8));
+  for (int64_t gi = g0 + 2 * lane; gi < g1; gi += 2 * kWarp)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(xsum + gi * kColumns));
+  const auto consume = [&](const uint4(&w)[D][RT][Planes], int kt) {
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       if (kt + d >= kt1) break;
@@ -260,7 +295,12 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
         }
       }
     }
-    if (kt + D < kt1) load(kt + D);
+  };
+  for (int kt = kt0; kt < kt1; kt += 2 * D) {
+    consume(wa, kt);
+    if (kt + 2 * D < kt1) load(wa, kt + 2 * D);
+    if (kt + D < kt1) consume(wb, kt + D);
+    if (kt + 3 * D < kt1) load(wb, kt + 3 * D);
   }
 
   // The warps' sums, added in warp order; then one output per (decode row, tile row).
@@ -318,7 +358,7 @@ void affine_tile(const uint32_t* mlx, int64_t rows, int64_t k, int bits, void* t
 }
 
 void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, Bf16* out, cudaStream_t stream) {
-  launch(affine_dequantize_kernel, blocks_for(rows * k, 256), 256, 0, stream, w, row0, rows, k,
+  launch(affine_dequantize_kernel, blocks_for(rows * k / 8, 256), 256, 0, stream, w, row0, rows, k,
          reinterpret_cast<__nv_bfloat16*>(out));
 }
 
@@ -335,8 +375,10 @@ void affine_pack_x(const float* x, int n, int64_t ldx, int64_t k, int split, int
                    cudaStream_t stream) {
   auto* packed = static_cast<__nv_bfloat16*>(workspace);
   auto* sums = reinterpret_cast<float*>(static_cast<char*>(workspace) + k * kColumns * 2);
-  launch(affine_pack_x_kernel, blocks_for(k * kColumns, 256), 256, 0, stream, x, n, ldx, k, split, group_size, packed,
-         sums);
+  const unsigned pack_blocks = blocks_for(k * kColumns, kPackThreads);
+  const unsigned sum_blocks = blocks_for((k / group_size) * kColumns, kPackThreads / kWarp);
+  launch(affine_pack_x_kernel, pack_blocks + sum_blocks, kPackThreads, 0, stream, x, n, ldx, k, split, group_size,
+         pack_blocks, packed, sums);
 }
 
 void affine_matmul(const AffineBatch& batch, const void* workspace, cudaStream_t stream) {

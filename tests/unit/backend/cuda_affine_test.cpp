@@ -88,7 +88,7 @@ TEST_F(CudaAffineTest, ProjectionsMatchTheCpuEveryPathBitsGroupAndScaleType) {
               run(*gpu_, dx.data(), n, ldx, on_gpu, {dout.data(), dout.data() + m0}, ldo);
               // The MMA kernel: decode rows (fast ones up to 64); exact codes, f32 sums.
               const bool kernel = rows != Rows::kPrompt && (rows == Rows::kInvariantDecode || n <= 64);
-              const double tol = kernel && exact ? 1e-5 : 1e-2;
+              const double tol = kernel && exact ? 3e-5 : 1e-2;
               EXPECT_LE(rel_err(down(dout), ref), tol) << bits << "-bit, groups of " << group << ", "
                                                        << dtype_name(dtype) << ", n " << n << ", " << name(rows)
                                                        << (exact ? ", exact" : "");
