@@ -156,12 +156,9 @@ void matmul_rows_avx512_bf16(const MatmulTask& t, int64_t row_begin, int64_t row
   s.x_sums.resize(static_cast<size_t>(t.n * groups));
   for (int64_t c = 0; c < t.n; ++c)
     for (int64_t g = 0; g < groups; ++g) s.x_sums[static_cast<size_t>(c * groups + g)] = x.group_sum(c, g * group, group);
-  s.scales.resize(static_cast<size_t>(8 * groups));
+  s.scales.resize(static_cast<size_t>(4 * groups));
   s.shifted.resize(s.scales.size());
   int64_t r = row_begin;
-  // One token: 8 rows a tile (more loads in flight); more: 4 rows × 2 tokens (registers).
-  if (t.n == 1)
-    for (; r + 8 <= row_end; r += 8) rows_against_tokens<8>(t, x, s, r);
   for (; r + 4 <= row_end; r += 4) rows_against_tokens<4>(t, x, s, r);
   for (; r < row_end; ++r) rows_against_tokens<1>(t, x, s, r);
 }
