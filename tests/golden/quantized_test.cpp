@@ -425,6 +425,7 @@ TEST_P(QuantizedGoldenTest, CudaRunsQuantizedWeightsAsTheCpuDoes) {
   for (auto [bits, group] : {std::pair{4, 32}, {8, 64}, {4, 64}}) {
     const std::string label = std::to_string(bits) + "-bit, groups of " + std::to_string(group);
     fs::remove_all(work);
+    fs::create_directories(work);
     QuantizeOptions options;
     options.bits = bits;
     options.group_size = group;
