@@ -4,13 +4,6 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-// GCC 12 flags the _mm512_undefined_* pass-through inside its own intrinsic
-// headers as uninitialised (GCC bug 105593); silence it for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +14,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/x86_intrinsics.h"
 #include "tensor/host_buffer.h"
 
 namespace kettle {

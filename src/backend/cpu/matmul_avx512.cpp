@@ -2,13 +2,6 @@
 // C token rows keeps R·C zmm accumulators summing along k; weights are widened
 // to f32 on load (bf16 exactly by a 16-bit shift, f16 by vcvtph2ps), so all
 // arithmetic is f32 and activations are never rounded.
-// GCC 12 flags the _mm512_undefined_* pass-through inside its own intrinsic
-// headers as uninitialised (GCC bug 105593); silence it for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <array>
@@ -16,6 +9,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/x86_intrinsics.h"
 
 namespace kettle {
 namespace {

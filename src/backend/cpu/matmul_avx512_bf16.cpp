@@ -10,17 +10,13 @@
 // order fixed by k alone, so a row's bits do not depend on the batch or the
 // thread split; they differ from the dense f32 matmul of the dequantized
 // weights in the last bits. Other weights take the AVX-512 kernels unchanged.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/x86_intrinsics.h"
 
 namespace kettle {
 namespace {
