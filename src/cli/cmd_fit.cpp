@@ -96,9 +96,10 @@ int run_fit(const FitFlags& f) {
 
   nlohmann::json out{{"model", source}, {"ranks", f.tensor_parallel}, {"ctx", ctx}, {"batch", f.batch}};
   const MemoryFlags flags = memory_flags(f);
-  if (f.skus) {  // GPUs: bf16 weights (quantized ones widened) and an f16 KV cache, as the CUDA backend keeps them
+  if (f.skus) {  // GPUs: bf16 weights, affine-quantized ones packed, and an f16 KV cache, as the CUDA backend keeps them
     for (const Sku& sku : kSkus) {
-      const MemoryDecision d = decide_memory(spec, true, 2, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
+      const MemoryDecision d =
+          decide_memory(spec, true, WeightStorage(2, true), DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
       out["weight_bytes_per_rank"] = d.plan.weight_bytes;
       out["kv_bytes_per_token_per_rank"] = d.plan.kv_bytes_per_token + d.plan.window_kv_bytes_per_token;
       nlohmann::json row = verdict(d, ctx, f.batch, limit);
