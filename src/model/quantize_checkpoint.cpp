@@ -41,12 +41,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A 2-d `.weight` whose rows split into whole groups: what mlx-lm quantizes (its Linear and
-// Embedding modules; norms are 1-d).
-bool quantizable(const std::string& name, const Tensor& t, int group_size) {
-  return ends_with(name, ".weight") && t.rank() == 2 && t.dim(1) % group_size == 0;
-}
-
 std::vector<OutTensor> plan_outputs(const WeightStore& store, const QuantizeOptions& o) {
   std::vector<OutTensor> out;
   for (const std::string& name : store.names()) {
@@ -56,10 +50,10 @@ std::vector<OutTensor> plan_outputs(const WeightStore& store, const QuantizeOpti
       continue;
     }
     const std::string module = name.substr(0, name.size() - std::string(".weight").size());
-    const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / o.group_size;
+    const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / o.group_size, bits = o.bits_for(name);
     const std::string sb_dtype(dtype_safetensors_name(t.dtype));
     const size_t sb_bytes = static_cast<size_t>(rows * groups) * dtype_size(t.dtype);
-    out.push_back({{name, "U32", {rows, cols * o.bits / 32}, static_cast<size_t>(rows * cols * o.bits / 8)}, name,
+    out.push_back({{name, "U32", {rows, cols * bits / 32}, static_cast<size_t>(rows * cols * bits / 8)}, name,
                    Part::kCodes});
     out.push_back({{module + ".scales", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kScales});
     out.push_back({{module + ".biases", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kBiases});
@@ -85,23 +79,11 @@ std::string shard_name(int shard, int shards) {
   return shards == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", shard + 1, shards);
 }
 
-void widen_row(const Tensor& t, int64_t r, float* out) {
-  const int64_t cols = t.dim(1);
-  for (int64_t c = 0; c < cols; ++c) out[c] = dtype_value(t.data, t.dtype, r * cols + c);
-}
-
-// f32 values stored in `dtype`, appended to bytes.
-void append_as(DType dtype, const float* values, int64_t count, std::vector<uint8_t>& bytes) {
+// f32 values stored as `dtype` at element `at` of out.
+void store_as(DType dtype, const float* values, int64_t count, void* out, int64_t at) {
   for (int64_t i = 0; i < count; ++i) {
-    const float v = values[i];
-    if (dtype == DType::kF32) {
-      const auto* p = reinterpret_cast<const uint8_t*>(&v);
-      bytes.insert(bytes.end(), p, p + 4);
-      continue;
-    }
-    const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
-    bytes.push_back(static_cast<uint8_t>(h));
-    bytes.push_back(static_cast<uint8_t>(h >> 8));
+    if (dtype == DType::kF32) static_cast<float*>(out)[at + i] = values[i];
+    else static_cast<uint16_t*>(out)[at + i] = dtype == DType::kBF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
   }
 }
 
@@ -119,7 +101,7 @@ class ShardWriter {
     const Tensor source = store_.get(t.source);
     switch (t.part) {
       case Part::kCopy: return copy(file, source);
-      case Part::kCodes: return quantize(file, source);
+      case Part::kCodes: return quantize(file, source, options_.bits_for(t.source));
       case Part::kScales: return flush(file, scales_);
       case Part::kBiases: return flush(file, biases_);
     }
@@ -138,28 +120,21 @@ class ShardWriter {
   }
 
   // Rows quantized a batch at a time across the pool, written in order.
-  void quantize(SafetensorsWriter& file, const Tensor& t) {
+  void quantize(SafetensorsWriter& file, const Tensor& t, int bits) {
     const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / options_.group_size;
-    const int64_t words = cols * options_.bits / 32;
+    const int64_t words = cols * bits / 32;
     const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype);
+    const size_t group_bytes = static_cast<size_t>(groups) * dtype_size(t.dtype);
     constexpr int64_t kBatch = 256;
     std::vector<uint32_t> codes(static_cast<size_t>(kBatch * words));
-    std::vector<float> s(static_cast<size_t>(kBatch * groups)), b(static_cast<size_t>(kBatch * groups));
-    scales_.clear();
-    biases_.clear();
+    scales_.assign(static_cast<size_t>(rows) * group_bytes, 0);
+    biases_.assign(static_cast<size_t>(rows) * group_bytes, 0);
     for (int64_t r0 = 0; r0 < rows; r0 += kBatch) {
       const int64_t n = std::min(kBatch, rows - r0);
-      pool_.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int64_t i = begin; i < end; ++i) {
-          widen_row(t, r0 + i, row.data());
-          affine_quantize_row(row.data(), cols, options_.bits, options_.group_size, codes.data() + i * words,
-                              s.data() + i * groups, b.data() + i * groups, options_.fit, t.dtype);
-        }
-      });
+      quantize_weight_rows(t, r0, n, bits, options_.group_size, options_.fit, codes.data(),
+                           scales_.data() + static_cast<size_t>(r0) * group_bytes,
+                           biases_.data() + static_cast<size_t>(r0) * group_bytes, pool_);
       file.write(codes.data(), static_cast<size_t>(n * words) * sizeof(uint32_t));
-      append_as(t.dtype, s.data(), n * groups, scales_);
-      append_as(t.dtype, b.data(), n * groups, biases_);
       release_pages(static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r0) * row_bytes,
                     static_cast<size_t>(n) * row_bytes);
       advanced_(static_cast<size_t>(n) * row_bytes);
@@ -178,6 +153,32 @@ class ShardWriter {
   std::vector<uint8_t> scales_, biases_;
   ThreadPool pool_;
 };
+
+// config.json's "quantization": the default bits and group size, and, as mlx-lm writes mixed
+// precision, each module whose bits differ by its path ({"bits", "group_size"}).
+json quantization_config(const QuantizeOptions& o, const std::vector<OutTensor>& outputs) {
+  json q = {{"group_size", o.group_size}, {"bits", o.bits}, {"mode", "affine"}};
+  for (const OutTensor& t : outputs) {
+    const int bits = o.bits_for(t.source);
+    if (t.part != Part::kCodes || bits == o.bits) continue;
+    q[t.source.substr(0, t.source.size() - std::string(".weight").size())] = {{"group_size", o.group_size}, {"bits", bits}};
+  }
+  return q;
+}
+
+// The width most weights take (ties: the fewer bits); `otherwise` when there are none.
+int most_common_bits(const std::map<std::string, int>& tensor_bits, int otherwise) {
+  std::map<int, int64_t> count;
+  for (const auto& [name, bits] : tensor_bits) ++count[bits];
+  int best = otherwise;
+  int64_t most = 0;
+  for (const auto& [bits, n] : count)
+    if (n > most) {
+      best = bits;
+      most = n;
+    }
+  return best;
+}
 
 bool is_weight_file(const fs::path& p) {
   static const std::set<std::string> kWeights = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5",
@@ -225,12 +226,37 @@ void check_source(const std::string& src, const ModelSpec& spec, const WeightSto
 void check_options(const QuantizeOptions& o) {
   if (!affine_bits_supported(o.bits))
     fail(ErrorCategory::kInvalidArgument, "--q-bits {}: affine quantization takes 2, 3, 4, 5, 6 or 8 bits", o.bits);
+  for (const auto& [name, bits] : o.tensor_bits)
+    if (!affine_bits_supported(bits))
+      fail(ErrorCategory::kInvalidArgument, "{}: {} bits; affine quantization takes 2, 3, 4, 5, 6 or 8", name, bits);
   if (!affine_group_size_supported(o.group_size))
     fail(ErrorCategory::kInvalidArgument, "--q-group-size {}: affine quantization takes groups of 32, 64 or 128",
          o.group_size);
 }
 
 }  // namespace
+
+bool quantizable(const std::string& name, const Tensor& t, int group_size) {
+  return ends_with(name, ".weight") && t.rank() == 2 && t.dim(1) % group_size == 0;
+}
+
+double affine_bits_per_weight(int bits, int group_size, DType scale_type) {
+  return bits + 2.0 * 8.0 * static_cast<double>(dtype_size(scale_type)) / group_size;
+}
+
+void quantize_weight_rows(const Tensor& w, int64_t r0, int64_t n, int bits, int group_size, AffineFit fit,
+                          uint32_t* codes, void* scales, void* biases, ThreadPool& pool) {
+  const int64_t cols = w.dim(1), groups = cols / group_size, words = cols * bits / 32;
+  pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(cols)), s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
+    for (int64_t i = begin; i < end; ++i) {
+      for (int64_t c = 0; c < cols; ++c) row[c] = dtype_value(w.data, w.dtype, (r0 + i) * cols + c);
+      affine_quantize_row(row.data(), cols, bits, group_size, codes + i * words, s.data(), b.data(), fit, w.dtype);
+      store_as(w.dtype, s.data(), groups, scales, i * groups);
+      store_as(w.dtype, b.data(), groups, biases, i * groups);
+    }
+  });
+}
 
 QuantizeReport quantize_checkpoint(const std::string& src, const std::string& dst, const QuantizeOptions& options,
                                    const std::function<void(size_t, size_t)>& progress) {
@@ -242,12 +268,22 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
   const ModelSpec spec = load_model_config(src);
   const WeightStore store = WeightStore::open_folder(src);
   check_source(src, spec, store);
+  QuantizeOptions o = options;
+  if (o.choose_bits) {
+    o.tensor_bits = o.choose_bits(store);
+    check_options(o);
+    o.bits = most_common_bits(o.tensor_bits, o.bits);
+  }
 
-  std::vector<OutTensor> outputs = plan_outputs(store, options);
-  const int shards = assign_shards(outputs, options.max_shard_bytes);
+  std::vector<OutTensor> outputs = plan_outputs(store, o);
+  const int shards = assign_shards(outputs, o.max_shard_bytes);
   QuantizeReport report;
   report.shards = shards;
-  for (const std::string& name : store.names()) report.bytes_in += store.get(name).nbytes();
+  report.bits = o.bits;
+  for (const std::string& name : store.names()) {
+    report.bytes_in += store.get(name).nbytes();
+    report.parameters += store.get(name).numel();
+  }
 
   // Written beside DST, renamed into place once whole; removed on any failure.
   const fs::path temp = out_dir.parent_path() / fmt::format(".{}.partial-{}", out_dir.filename().string(), ::getpid());
@@ -255,7 +291,7 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
   fs::create_directory(temp);
   try {
     size_t done = 0;
-    ShardWriter writer(store, options, [&](size_t n) {
+    ShardWriter writer(store, o, [&](size_t n) {
       done += n;
       if (progress) progress(done, report.bytes_in);
     });
@@ -271,12 +307,15 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
         weight_map[t.plan.name] = shard_name(s, shards);
         report.bytes_out += t.plan.bytes;
         ++report.tensors;
-        report.quantized += t.part == Part::kCodes ? 1 : 0;
+        if (t.part == Part::kCodes) {
+          ++report.quantized;
+          ++report.weights_at_bits[o.bits_for(t.source)];
+        }
       }
       file.finish();
     }
     json config = json::parse(std::ifstream(fs::path(src) / "config.json"));
-    const json quantization = {{"group_size", options.group_size}, {"bits", options.bits}, {"mode", "affine"}};
+    const json quantization = quantization_config(o, outputs);
     config["quantization"] = quantization;
     config["quantization_config"] = quantization;
     write_json(temp / "config.json", config);
@@ -284,6 +323,7 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
                {{"metadata", {{"total_size", report.bytes_out}}}, {"weight_map", weight_map}});
     copy_other_files(src, temp);
     fs::rename(temp, out_dir);
+    report.bits_per_weight = static_cast<double>(report.bytes_out) * 8.0 / static_cast<double>(report.parameters);
   } catch (const fs::filesystem_error& e) {
     std::error_code ignored;
     fs::remove_all(temp, ignored);

@@ -11,18 +11,30 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
+#include "model/weight_store.h"
 #include "tensor/affine_quant.h"
+#include "util/thread_pool.h"
 
 namespace kettle {
 
 struct QuantizeOptions {
-  int bits = 4;
+  int bits = 4;  // every quantized weight's, but those `tensor_bits` names
+  std::map<std::string, int> tensor_bits;  // mixed precision: a weight's own bits (by tensor name)
   int group_size = 64;
   AffineFit fit = AffineFit::kLeastSquares;  // kMlx: mlx-lm's own codes, bit for bit
   size_t max_shard_bytes = size_t{5} << 30;  // as mlx-lm shards
   int threads = 0;                            // rows quantized in parallel; 0: every core
+  // Mixed precision: called once the source is checked, returns tensor_bits (the most
+  // common width then becomes `bits`, the default config.json names).
+  std::function<std::map<std::string, int>(const WeightStore&)> choose_bits;
+
+  int bits_for(const std::string& tensor) const {
+    auto it = tensor_bits.find(tensor);
+    return it == tensor_bits.end() ? bits : it->second;
+  }
 };
 
 struct QuantizeReport {
@@ -31,7 +43,24 @@ struct QuantizeReport {
   size_t bytes_in = 0;
   size_t bytes_out = 0;
   int shards = 0;
+  int bits = 0;                    // the default width (mixed precision: the most common)
+  std::map<int, int64_t> weights_at_bits;  // bits → quantized weights of that width
+  int64_t parameters = 0;        // elements of every source tensor
+  double bits_per_weight = 0.0;  // bytes_out · 8 / parameters (codes, scales, biases and the float rest)
 };
+
+// A 2-d `.weight` whose rows split into whole groups: what mlx-lm quantizes (its Linear and
+// Embedding modules; norms are 1-d).
+bool quantizable(const std::string& name, const Tensor& t, int group_size);
+
+// Bits per weight of a weight in `bits` with groups of `group_size`, its scales and biases
+// stored in `scale_type`: the codes plus the two per group.
+double affine_bits_per_weight(int bits, int group_size, DType scale_type);
+
+// Rows [r0, r0 + n) of float weight `w` quantized across `pool`: n · in · bits / 32 code
+// words, and n · in / group_size scales and biases each, stored in w's own float type.
+void quantize_weight_rows(const Tensor& w, int64_t r0, int64_t n, int bits, int group_size, AffineFit fit,
+                          uint32_t* codes, void* scales, void* biases, ThreadPool& pool);
 
 // progress(done, total) in source bytes, called as tensors are written.
 QuantizeReport quantize_checkpoint(const std::string& src, const std::string& dst, const QuantizeOptions& options,

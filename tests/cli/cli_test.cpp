@@ -308,6 +308,26 @@ TEST_F(CliTest, ConvertRefusesBadInputAndLeavesNothing) {
   EXPECT_FALSE(partial_left_in(dir_));
 }
 
+TEST_F(CliTest, ConvertMixedPrecisionRefusesFlagsItCannotApply) {
+  const fs::path out = dir_ / "out";
+  const fs::path text = dir_ / "calibration.txt";
+  std::ofstream(text) << "The kettle boils water for tea.";
+  const std::string convert = "convert " + model() + " " + out.string() + " -q ";
+  const std::string mixed = convert + "--target-bpw 5 --calibration " + text.string() + " ";
+  expect_error(run_kettle(convert + "--target-bpw 5"), 2, "--calibration");
+  expect_error(run_kettle(convert + "--calibration " + text.string()), 2, "--calibration");
+  expect_error(run_kettle(convert + "--candidate-bits 4,8"), 2, "--candidate-bits");
+  expect_error(run_kettle(convert + "--n-calibration 64"), 2, "--n-calibration");
+  expect_error(run_kettle(mixed + "--q-bits 4"), 2, "--q-bits");
+  expect_error(run_kettle(mixed + "--candidate-bits 4,7"), 2, "--candidate-bits 7");
+  expect_error(run_kettle(convert + "--target-bpw 0 --calibration " + text.string()), 2, "--target-bpw 0");
+  expect_error(run_kettle(convert + "--target-bpw 5 --calibration " + (dir_ / "none.txt").string()), 3, "none.txt");
+  // Below what the fewest bits reach (4-bit codes, scales and biases in groups of 64), refused before calibrating.
+  expect_error(run_kettle(convert + "--target-bpw 3 --calibration " + text.string()), 2, "--target-bpw 3");
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(partial_left_in(dir_));
+}
+
 TEST_F(CliTest, MalformedQuantizedCheckpointsAreRefusedByName) {
   const fs::path q = dir_ / "q";
   ASSERT_EQ(run_kettle("convert " + model() + " " + q.string() + " -q --q-bits 4 --q-group-size 64").exit_code, 0);

@@ -16,18 +16,26 @@ import { kettle, startServer, stopServer } from '../support/kettle_server.mjs';
 const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const model = resolve(testsDir, '../models/kettle-demo');
 const text = join(testsDir, 'data', 'heldout-sample.txt');
+const calibration = resolve(testsDir, '../docs/architecture.md');
 const reference = JSON.parse(readFileSync(join(testsDir, 'data', 'goldens-demo', 'perplexity', 'heldout-sample.json'), 'utf8'));
 const bf16 = reference.runs.find((r) => r.load === 'cast_bf16_then_float' && r.context === 512 && r.stride === 256);
 
 const work = mkdtempSync(join(tmpdir(), 'kettle-quantized-'));
 after(() => rmSync(work, { recursive: true, force: true }));
 
+const converted = new Map();  // flags → { folder, report }
+function convertWith(name, flags) {
+  if (!converted.has(name)) {
+    const folder = join(work, name);
+    const report = JSON.parse(execFileSync(kettle, ['convert', model, folder, '-q', ...flags, '--json'], { encoding: 'utf8' }));
+    assert.ok(report.quantized > 0);
+    converted.set(name, { folder, report });
+  }
+  return converted.get(name);
+}
+
 function convert(bits, group) {
-  const out = join(work, `q${bits}g${group}`);
-  const report = JSON.parse(execFileSync(kettle, ['convert', model, out, '-q', '--q-bits', String(bits), '--q-group-size',
-    String(group), '--json'], { encoding: 'utf8' }));
-  assert.ok(report.quantized > 0);
-  return out;
+  return convertWith(`q${bits}g${group}`, ['--q-bits', String(bits), '--q-group-size', String(group)]);
 }
 
 function perplexity(folder) {
@@ -38,12 +46,38 @@ function perplexity(folder) {
 // The issue's quality bars: 8-bit within 0.5 % of bf16, 4-bit (groups of 64) within 4 %.
 for (const [bits, group, bound] of [[8, 64, 0.005], [4, 64, 0.04]]) {
   test(`${bits}-bit, groups of ${group}: held-out perplexity within ${bound * 100} % of transformers' bf16`, () => {
-    const ppl = perplexity(convert(bits, group));
+    const ppl = perplexity(convert(bits, group).folder);
     const change = (ppl - bf16.perplexity) / bf16.perplexity;
     console.log(`# ${bits}-bit g${group}: perplexity ${ppl.toFixed(4)} vs bf16 ${bf16.perplexity.toFixed(4)} (${(change * 100).toFixed(2)} %)`);
     assert.ok(Math.abs(change) < bound, `${ppl} vs ${bf16.perplexity}`);
   });
 }
+
+// Mixed precision: calibrated on text other than the held-out sample (the project's own
+// architecture notes), at the size of uniform 4-bit, it must score better than uniform 4-bit.
+test('mixed precision (--target-bpw) at the size of uniform 4-bit: lower held-out perplexity', () => {
+  const uniform = convert(4, 64);
+  const target = uniform.report.bits_per_weight;
+  const mixed = convertWith('mixed', ['--q-group-size', '64', '--target-bpw', String(target), '--candidate-bits',
+    '3,4,6,8', '--calibration', calibration, '--n-calibration', '512', '--threads', '2']);
+  const widths = Object.keys(mixed.report.weights_at_bits);
+  assert.ok(widths.length >= 2, `one width only: ${JSON.stringify(mixed.report.weights_at_bits)}`);
+  assert.ok(mixed.report.bits_per_weight <= target + 1e-9, `${mixed.report.bits_per_weight} > ${target}`);
+  // config.json names the default width and each other module's own, as mlx-lm reads them.
+  const q = JSON.parse(readFileSync(join(mixed.folder, 'config.json'), 'utf8')).quantization;
+  const index = JSON.parse(readFileSync(join(mixed.folder, 'model.safetensors.index.json'), 'utf8')).weight_map;
+  const overrides = Object.entries(q).filter(([, v]) => typeof v === 'object');
+  assert.ok(overrides.length > 0);
+  for (const [module, params] of overrides) {
+    assert.ok(`${module}.scales` in index, module);
+    assert.notEqual(params.bits, q.bits);
+    assert.equal(params.group_size, 64);
+  }
+  const mixedPpl = perplexity(mixed.folder), uniformPpl = perplexity(uniform.folder);
+  console.log(`# mixed ${JSON.stringify(mixed.report.weights_at_bits)} at ${mixed.report.bits_per_weight.toFixed(4)} bpw: ` +
+    `perplexity ${mixedPpl.toFixed(4)}; uniform 4-bit at ${target.toFixed(4)} bpw: ${uniformPpl.toFixed(4)}`);
+  assert.ok(mixedPpl < uniformPpl, `${mixedPpl} vs ${uniformPpl}`);
+});
 
 test('a 4-bit model served: /v1/models reports it, the openai client chats with it', async () => {
   const folder = join(work, 'served');
