@@ -35,6 +35,7 @@ struct ConvertFlags {
   std::string fit = "least-squares";
   bool json = false;
   bool bits_given = false;  // --q-bits on the command line
+  bool seed_given = false;
   // Mixed precision.
   double target_bpw = 0.0;
   bool target_given = false;
@@ -112,11 +113,18 @@ void choose_mixed_bits(const ConvertFlags& f, const std::string& src, QuantizeOp
 }
 
 int run_convert(const ConvertFlags& f) {
-  if (!f.quantize)
-    fail(ErrorCategory::kInvalidArgument, "convert: nothing asked; -q (quantize) is the conversion it makes today");
+  if (!f.quantize && !f.options.rotate)
+    fail(ErrorCategory::kInvalidArgument, "convert: nothing asked; -q (quantize) and --rotate-weights are the "
+         "conversions it makes");
+  if (f.seed_given && !f.options.rotate)
+    fail(ErrorCategory::kInvalidArgument, "--rotation-seed applies to --rotate-weights");
+  if (f.options.rotate && f.target_given)
+    fail(ErrorCategory::kUnsupported, "--rotate-weights with --target-bpw: mixed precision measures the unrotated "
+         "model; not supported together yet");
   if (f.json) log::set_level(log::Level::kQuiet);
   check_mixed_flags(f);
   QuantizeOptions options = f.options;
+  options.quantize = f.quantize;
   options.fit = f.fit == "mlx" ? AffineFit::kMlx : AffineFit::kLeastSquares;
   options.threads = f.threads.resolve();
   const std::string src = model_or_default(f.src);
@@ -132,19 +140,22 @@ int run_convert(const ConvertFlags& f) {
   if (f.json) {
     nlohmann::json at_bits = nlohmann::json::object();
     for (const auto& [bits, n] : r.weights_at_bits) at_bits[std::to_string(bits)] = n;
-    const nlohmann::json out = {{"source", src},           {"destination", f.dst},      {"bits", r.bits},
-                                {"group_size", f.options.group_size}, {"method", f.fit}, {"tensors", r.tensors},
-                                {"quantized", r.quantized}, {"weights_at_bits", at_bits},
-                                {"bits_per_weight", r.bits_per_weight}, {"bytes_in", r.bytes_in},
-                                {"bytes_out", r.bytes_out}, {"shards", r.shards}, {"seconds", timer.millis() / 1e3}};
+    nlohmann::json out = {{"source", src},           {"destination", f.dst},      {"bits", r.bits},
+                          {"group_size", f.options.group_size}, {"method", f.fit}, {"tensors", r.tensors},
+                          {"quantized", r.quantized}, {"weights_at_bits", at_bits},
+                          {"bits_per_weight", r.bits_per_weight}, {"bytes_in", r.bytes_in},
+                          {"bytes_out", r.bytes_out}, {"shards", r.shards}, {"seconds", timer.millis() / 1e3}};
+    out["rotation_seed"] = f.options.rotate ? nlohmann::json(f.options.rotation_seed) : nlohmann::json(nullptr);
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::string widths;
     for (const auto& [bits, n] : r.weights_at_bits)
       widths += fmt::format("{}{} at {} bits", widths.empty() ? "" : ", ", n, bits);
-    std::printf("%s: %lld weights quantized (%s; groups of %d), %.2f bits per weight, %.2f GB → %.2f GB in %d shard%s, "
-                "%.1f s\n",
-                f.dst.c_str(), static_cast<long long>(r.quantized), widths.c_str(), f.options.group_size,
+    const std::string what =
+        (f.options.rotate ? fmt::format("rotated (seed {}){}", f.options.rotation_seed, f.quantize ? ", " : "") : "") +
+        (f.quantize ? fmt::format("{} weights quantized ({}; groups of {})", r.quantized, widths, f.options.group_size)
+                    : std::string(" as f32"));
+    std::printf("%s: %s, %.2f bits per weight, %.2f GB → %.2f GB in %d shard%s, %.1f s\n", f.dst.c_str(), what.c_str(),
                 r.bits_per_weight, static_cast<double>(r.bytes_in) / 1e9, static_cast<double>(r.bytes_out) / 1e9,
                 r.shards, r.shards == 1 ? "" : "s", timer.millis() / 1e3);
   }
@@ -178,6 +189,12 @@ Action register_convert(CLI::App& app) {
   app.add_option("--n-calibration", f->n_calibration, "mixed precision: calibration tokens used (its first N)")
       ->capture_default_str()
       ->each([f](const std::string&) { f->n_calibration_given = true; });
+  app.add_flag("--rotate-weights", f->options.rotate,
+               "fold a random Hadamard rotation of the residual stream into the weights (the float model's function "
+               "unchanged; quantizes with less error). Without -q, writes the rotated weights as f32");
+  app.add_option("--rotation-seed", f->options.rotation_seed, "the rotation's random signs")
+      ->capture_default_str()
+      ->each([f](const std::string&) { f->seed_given = true; });
   f->threads.add_to(app);
   app.add_flag("--json", f->json, "print one JSON object");
   return [f] { return run_convert(*f); };

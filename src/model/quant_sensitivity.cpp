@@ -47,7 +47,7 @@ QuantizedWeight quantize_whole(const Tensor& w, int bits, const SensitivityOptio
   q.codes.resize(static_cast<size_t>(rows * cols * bits / 32));
   q.scales.resize(part_bytes);
   q.biases.resize(part_bytes);
-  quantize_weight_rows(w, 0, rows, bits, o.group_size, o.fit, q.codes.data(), q.scales.data(), q.biases.data(), pool);
+  quantize_weight_rows(w, 0, rows, bits, o.group_size, o.fit, w.dtype, q.codes.data(), q.scales.data(), q.biases.data(), pool);
   return q;
 }
 

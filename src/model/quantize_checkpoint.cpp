@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "model/config.h"
+#include "model/rotate_weights.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_store.h"
 #include "tensor/affine_quant.h"
@@ -41,18 +43,53 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<OutTensor> plan_outputs(const WeightStore& store, const QuantizeOptions& o) {
+// The tensors convert writes from: the store's as they are, or, where a rotation changes
+// them, their rotated values (f32, computed when their turn comes).
+class SourceTensors {
+ public:
+  SourceTensors(const WeightStore& store, const WeightRotation* rotation) : store_(store), rotation_(rotation) {
+    names_ = store.names();
+    if (rotation != nullptr) names_.insert(names_.end(), rotation->added().begin(), rotation->added().end());
+  }
+
+  const std::vector<std::string>& names() const { return names_; }
+  bool rotated(const std::string& name) const { return rotation_ != nullptr && rotation_->changes(name); }
+  // Its shape and type, without data (rotated: F32).
+  Tensor meta(const std::string& name) const {
+    if (!rotated(name)) return store_.get(name);
+    return Tensor{nullptr, DType::kF32, rotation_->shape(name)};
+  }
+  // The float type its scales and biases are stored in: the source's own.
+  DType stored_type(const std::string& name) const {
+    return rotated(name) ? rotation_->source_dtype(name) : store_.get(name).dtype;
+  }
+  // Valid until the next get.
+  Tensor get(const std::string& name) {
+    if (!rotated(name)) return store_.get(name);
+    values_ = rotation_->values(name);
+    return Tensor{values_.data(), DType::kF32, rotation_->shape(name)};
+  }
+
+ private:
+  const WeightStore& store_;
+  const WeightRotation* rotation_;
+  std::vector<std::string> names_;
+  std::vector<float> values_;
+};
+
+std::vector<OutTensor> plan_outputs(const SourceTensors& sources, const QuantizeOptions& o) {
   std::vector<OutTensor> out;
-  for (const std::string& name : store.names()) {
-    const Tensor t = store.get(name);
-    if (!quantizable(name, t, o.group_size)) {
+  for (const std::string& name : sources.names()) {
+    const Tensor t = sources.meta(name);
+    if (!o.quantize || !quantizable(name, t, o.group_size)) {
       out.push_back({{name, std::string(dtype_safetensors_name(t.dtype)), t.shape, t.nbytes()}, name, Part::kCopy});
       continue;
     }
     const std::string module = name.substr(0, name.size() - std::string(".weight").size());
     const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / o.group_size, bits = o.bits_for(name);
-    const std::string sb_dtype(dtype_safetensors_name(t.dtype));
-    const size_t sb_bytes = static_cast<size_t>(rows * groups) * dtype_size(t.dtype);
+    const DType stored = sources.stored_type(name);
+    const std::string sb_dtype(dtype_safetensors_name(stored));
+    const size_t sb_bytes = static_cast<size_t>(rows * groups) * dtype_size(stored);
     out.push_back({{name, "U32", {rows, cols * bits / 32}, static_cast<size_t>(rows * cols * bits / 8)}, name,
                    Part::kCodes});
     out.push_back({{module + ".scales", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kScales});
@@ -91,52 +128,55 @@ void store_as(DType dtype, const float* values, int64_t count, void* out, int64_
 // quantized wait in memory until their turn (they follow its codes).
 class ShardWriter {
  public:
-  ShardWriter(const WeightStore& store, const QuantizeOptions& o, std::function<void(size_t)> advanced)
-      : store_(store),
+  ShardWriter(SourceTensors& sources, const QuantizeOptions& o, std::function<void(size_t)> advanced)
+      : sources_(sources),
         options_(o),
         advanced_(std::move(advanced)),
         pool_(o.threads > 0 ? o.threads : ThreadPool::default_threads()) {}
 
   void write(SafetensorsWriter& file, const OutTensor& t) {
-    const Tensor source = store_.get(t.source);
     switch (t.part) {
-      case Part::kCopy: return copy(file, source);
-      case Part::kCodes: return quantize(file, source, options_.bits_for(t.source));
+      case Part::kCopy: return copy(file, sources_.get(t.source), !sources_.rotated(t.source));
+      case Part::kCodes:
+        return quantize(file, sources_.get(t.source), options_.bits_for(t.source), sources_.stored_type(t.source),
+                        !sources_.rotated(t.source));
       case Part::kScales: return flush(file, scales_);
       case Part::kBiases: return flush(file, biases_);
     }
   }
 
  private:
-  void copy(SafetensorsWriter& file, const Tensor& t) {
+  // mapped: t is the source file's pages, let go once written.
+  void copy(SafetensorsWriter& file, const Tensor& t, bool mapped) {
     constexpr size_t kChunk = size_t{64} << 20;
     const auto* p = static_cast<const uint8_t*>(t.data);
     for (size_t done = 0; done < t.nbytes(); done += kChunk) {
       const size_t n = std::min(kChunk, t.nbytes() - done);
       file.write(p + done, n);
-      release_pages(p + done, n);
+      if (mapped) release_pages(p + done, n);
       advanced_(n);
     }
   }
 
   // Rows quantized a batch at a time across the pool, written in order.
-  void quantize(SafetensorsWriter& file, const Tensor& t, int bits) {
+  void quantize(SafetensorsWriter& file, const Tensor& t, int bits, DType stored, bool mapped) {
     const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / options_.group_size;
     const int64_t words = cols * bits / 32;
     const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype);
-    const size_t group_bytes = static_cast<size_t>(groups) * dtype_size(t.dtype);
+    const size_t group_bytes = static_cast<size_t>(groups) * dtype_size(stored);
     constexpr int64_t kBatch = 256;
     std::vector<uint32_t> codes(static_cast<size_t>(kBatch * words));
     scales_.assign(static_cast<size_t>(rows) * group_bytes, 0);
     biases_.assign(static_cast<size_t>(rows) * group_bytes, 0);
     for (int64_t r0 = 0; r0 < rows; r0 += kBatch) {
       const int64_t n = std::min(kBatch, rows - r0);
-      quantize_weight_rows(t, r0, n, bits, options_.group_size, options_.fit, codes.data(),
+      quantize_weight_rows(t, r0, n, bits, options_.group_size, options_.fit, stored, codes.data(),
                            scales_.data() + static_cast<size_t>(r0) * group_bytes,
                            biases_.data() + static_cast<size_t>(r0) * group_bytes, pool_);
       file.write(codes.data(), static_cast<size_t>(n * words) * sizeof(uint32_t));
-      release_pages(static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r0) * row_bytes,
-                    static_cast<size_t>(n) * row_bytes);
+      if (mapped)
+        release_pages(static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r0) * row_bytes,
+                      static_cast<size_t>(n) * row_bytes);
       advanced_(static_cast<size_t>(n) * row_bytes);
     }
   }
@@ -147,7 +187,7 @@ class ShardWriter {
     bytes.shrink_to_fit();
   }
 
-  const WeightStore& store_;
+  SourceTensors& sources_;
   QuantizeOptions options_;
   std::function<void(size_t)> advanced_;
   std::vector<uint8_t> scales_, biases_;
@@ -245,21 +285,23 @@ double affine_bits_per_weight(int bits, int group_size, DType scale_type) {
 }
 
 void quantize_weight_rows(const Tensor& w, int64_t r0, int64_t n, int bits, int group_size, AffineFit fit,
-                          uint32_t* codes, void* scales, void* biases, ThreadPool& pool) {
+                          DType stored, uint32_t* codes, void* scales, void* biases, ThreadPool& pool) {
   const int64_t cols = w.dim(1), groups = cols / group_size, words = cols * bits / 32;
   pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(cols)), s(static_cast<size_t>(groups)), b(static_cast<size_t>(groups));
     for (int64_t i = begin; i < end; ++i) {
       for (int64_t c = 0; c < cols; ++c) row[c] = dtype_value(w.data, w.dtype, (r0 + i) * cols + c);
-      affine_quantize_row(row.data(), cols, bits, group_size, codes + i * words, s.data(), b.data(), fit, w.dtype);
-      store_as(w.dtype, s.data(), groups, scales, i * groups);
-      store_as(w.dtype, b.data(), groups, biases, i * groups);
+      affine_quantize_row(row.data(), cols, bits, group_size, codes + i * words, s.data(), b.data(), fit, stored);
+      store_as(stored, s.data(), groups, scales, i * groups);
+      store_as(stored, b.data(), groups, biases, i * groups);
     }
   });
 }
 
 QuantizeReport quantize_checkpoint(const std::string& src, const std::string& dst, const QuantizeOptions& options,
                                    const std::function<void(size_t, size_t)>& progress) {
+  if (!options.quantize && !options.rotate)
+    fail(ErrorCategory::kInvalidArgument, "convert: nothing asked; -q (quantize) or --rotate-weights");
   check_options(options);
   const fs::path out_dir = fs::absolute(dst).lexically_normal();
   if (fs::exists(out_dir)) fail(ErrorCategory::kInvalidArgument, "{} already exists; convert writes a new folder", dst);
@@ -275,14 +317,20 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
     o.bits = most_common_bits(o.tensor_bits, o.bits);
   }
 
-  std::vector<OutTensor> outputs = plan_outputs(store, o);
+  std::optional<WeightRotation> rotation;
+  if (o.rotate) rotation.emplace(spec, store, o.rotation_seed);
+  SourceTensors sources(store, rotation ? &*rotation : nullptr);
+
+  std::vector<OutTensor> outputs = plan_outputs(sources, o);
   const int shards = assign_shards(outputs, o.max_shard_bytes);
   QuantizeReport report;
   report.shards = shards;
-  report.bits = o.bits;
-  for (const std::string& name : store.names()) {
-    report.bytes_in += store.get(name).nbytes();
-    report.parameters += store.get(name).numel();
+  report.bits = o.quantize ? o.bits : 0;
+  size_t work = 0;  // bytes of the tensors read as written (rotated: f32)
+  for (const std::string& name : store.names()) report.bytes_in += store.get(name).nbytes();
+  for (const std::string& name : sources.names()) {
+    work += sources.meta(name).nbytes();
+    report.parameters += sources.meta(name).numel();
   }
 
   // Written beside DST, renamed into place once whole; removed on any failure.
@@ -291,9 +339,9 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
   fs::create_directory(temp);
   try {
     size_t done = 0;
-    ShardWriter writer(store, o, [&](size_t n) {
+    ShardWriter writer(sources, o, [&](size_t n) {
       done += n;
-      if (progress) progress(done, report.bytes_in);
+      if (progress) progress(done, work);
     });
     json weight_map = json::object();
     for (int s = 0; s < shards; ++s) {
@@ -315,9 +363,12 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
       file.finish();
     }
     json config = json::parse(std::ifstream(fs::path(src) / "config.json"));
-    const json quantization = quantization_config(o, outputs);
-    config["quantization"] = quantization;
-    config["quantization_config"] = quantization;
+    if (o.quantize) {
+      const json quantization = quantization_config(o, outputs);
+      config["quantization"] = quantization;
+      config["quantization_config"] = quantization;
+    }
+    if (rotation && rotation->unties_embeddings()) config["tie_word_embeddings"] = false;
     write_json(temp / "config.json", config);
     write_json(temp / "model.safetensors.index.json",
                {{"metadata", {{"total_size", report.bytes_out}}}, {"weight_map", weight_map}});

@@ -21,6 +21,9 @@
 namespace kettle {
 
 struct QuantizeOptions {
+  bool quantize = true;        // false: the weights stay float (with rotate: rotated, written as f32)
+  bool rotate = false;         // a random Hadamard rotation folded in first (model/rotate_weights.h)
+  uint64_t rotation_seed = 0;
   int bits = 4;  // every quantized weight's, but those `tensor_bits` names
   std::map<std::string, int> tensor_bits;  // mixed precision: a weight's own bits (by tensor name)
   int group_size = 64;
@@ -58,9 +61,9 @@ bool quantizable(const std::string& name, const Tensor& t, int group_size);
 double affine_bits_per_weight(int bits, int group_size, DType scale_type);
 
 // Rows [r0, r0 + n) of float weight `w` quantized across `pool`: n · in · bits / 32 code
-// words, and n · in / group_size scales and biases each, stored in w's own float type.
+// words, and n · in / group_size scales and biases each, stored as `stored`.
 void quantize_weight_rows(const Tensor& w, int64_t r0, int64_t n, int bits, int group_size, AffineFit fit,
-                          uint32_t* codes, void* scales, void* biases, ThreadPool& pool);
+                          DType stored, uint32_t* codes, void* scales, void* biases, ThreadPool& pool);
 
 // progress(done, total) in source bytes, called as tensors are written.
 QuantizeReport quantize_checkpoint(const std::string& src, const std::string& dst, const QuantizeOptions& options,

@@ -27,15 +27,16 @@ const converted = new Map();  // flags → { folder, report }
 function convertWith(name, flags) {
   if (!converted.has(name)) {
     const folder = join(work, name);
-    const report = JSON.parse(execFileSync(kettle, ['convert', model, folder, '-q', ...flags, '--json'], { encoding: 'utf8' }));
-    assert.ok(report.quantized > 0);
+    const report = JSON.parse(execFileSync(kettle, ['convert', model, folder, ...flags, '--json'], { encoding: 'utf8' }));
     converted.set(name, { folder, report });
   }
   return converted.get(name);
 }
 
 function convert(bits, group) {
-  return convertWith(`q${bits}g${group}`, ['--q-bits', String(bits), '--q-group-size', String(group)]);
+  const converted = convertWith(`q${bits}g${group}`, ['-q', '--q-bits', String(bits), '--q-group-size', String(group)]);
+  assert.ok(converted.report.quantized > 0);
+  return converted;
 }
 
 function perplexity(folder) {
@@ -58,7 +59,7 @@ for (const [bits, group, bound] of [[8, 64, 0.005], [4, 64, 0.04]]) {
 test('mixed precision (--target-bpw) at the size of uniform 4-bit: lower held-out perplexity', () => {
   const uniform = convert(4, 64);
   const target = uniform.report.bits_per_weight;
-  const mixed = convertWith('mixed', ['--q-group-size', '64', '--target-bpw', String(target), '--candidate-bits',
+  const mixed = convertWith('mixed', ['-q', '--q-group-size', '64', '--target-bpw', String(target), '--candidate-bits',
     '3,4,6,8', '--calibration', calibration, '--n-calibration', '512', '--threads', '2']);
   const widths = Object.keys(mixed.report.weights_at_bits);
   assert.ok(widths.length >= 2, `one width only: ${JSON.stringify(mixed.report.weights_at_bits)}`);
@@ -77,6 +78,23 @@ test('mixed precision (--target-bpw) at the size of uniform 4-bit: lower held-ou
   console.log(`# mixed ${JSON.stringify(mixed.report.weights_at_bits)} at ${mixed.report.bits_per_weight.toFixed(4)} bpw: ` +
     `perplexity ${mixedPpl.toFixed(4)}; uniform 4-bit at ${target.toFixed(4)} bpw: ${uniformPpl.toFixed(4)}`);
   assert.ok(mixedPpl < uniformPpl, `${mixedPpl} vs ${uniformPpl}`);
+});
+
+// --rotate-weights: the rotated float model scores as the source does (its function kept);
+// rotated 4-bit stays within the 4-bit bar. How rotation moves 4- and 3-bit is printed.
+test('rotated weights: the float model unchanged, 4-bit within 4 % of bf16', () => {
+  const source = perplexity(model);
+  const rotatedFloat = convertWith('rotated', ['--rotate-weights', '--rotation-seed', '5']);
+  assert.equal(rotatedFloat.report.quantized, 0);
+  const rotated = perplexity(rotatedFloat.folder);
+  assert.ok(Math.abs(rotated - source) / source < 1e-5, `${rotated} vs ${source}`);
+  for (const bits of [4, 3]) {
+    const plain = perplexity(convert(bits, 64).folder);
+    const withRotation = perplexity(convertWith(`rq${bits}`, ['-q', '--q-bits', String(bits), '--q-group-size', '64',
+      '--rotate-weights', '--rotation-seed', '5']).folder);
+    console.log(`# ${bits}-bit g64: perplexity ${plain.toFixed(4)}, rotated ${withRotation.toFixed(4)} (float ${source.toFixed(4)})`);
+    if (bits === 4) assert.ok(Math.abs(withRotation - bf16.perplexity) / bf16.perplexity < 0.04, `${withRotation}`);
+  }
 });
 
 test('a 4-bit model served: /v1/models reports it, the openai client chats with it', async () => {

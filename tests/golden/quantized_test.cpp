@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
@@ -21,6 +22,7 @@
 #include "model/model.h"
 #include "model/model_runner.h"
 #include "model/quantize_checkpoint.h"
+#include "model/rotate_weights.h"
 #include "support/safetensors_writer.h"
 #include "tensor/dtype.h"
 #include "util/error.h"
@@ -453,6 +455,84 @@ TEST_P(QuantizedGoldenTest, CudaRunsQuantizedWeightsAsTheCpuDoes) {
     }
   }
   fs::remove_all(work);
+}
+
+// ---- --rotate-weights: the rotated float model keeps the source's function ----
+
+TEST_P(QuantizedGoldenTest, RotatedWeightsGiveTheSameLogits) {
+  const std::string name = GetParam();
+  const fs::path work = fs::path(::testing::TempDir()) / ("kettle-rotated-" + case_label(name));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  QuantizeOptions options;
+  options.quantize = false;
+  options.rotate = true;
+  options.rotation_seed = 11;
+  const Model source = load_model(model_dir(name));
+  if (source.spec.norm_add_one || source.spec.sandwich_norms || source.spec.n_experts > 0) {
+    try {
+      quantize_checkpoint(model_dir(name), (work / "r").string(), options);
+      ADD_FAILURE() << name << ": a model whose norms do not commute with a rotation was rotated";
+    } catch (const Error& e) {
+      const char* named = source.spec.n_experts > 0 ? "mixture-of-experts" : "--rotate-weights";
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(work / "r"));
+    fs::remove_all(work);
+    return;
+  }
+  quantize_checkpoint(model_dir(name), (work / "r").string(), options);
+  const Model rotated = load_model((work / "r").string());
+  const LayerWeights& first = rotated.weights.layers[0];
+  EXPECT_EQ((first.q.empty() ? first.qkv : first.q).weight.dtype, DType::kF32);  // rotated weights are written as f32
+  const Golden g = read_golden(case_dir(name));
+  const std::vector<float> got = prompt_logits(rotated, g), want = prompt_logits(source, g);
+  float worst = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  EXPECT_LE(worst, 1e-3f) << name << ": the rotated model's logits moved";
+  std::printf("%s: rotated, largest logit change %.2e\n", name.c_str(), worst);
+  EXPECT_EQ(greedy(rotated, g), greedy(source, g));
+  fs::remove_all(work);
+}
+
+// The rotation is orthogonal for every order it builds: whole for small ones, norms and
+// inner products of random vectors for model-sized ones; orders without a factor refused.
+TEST(RandomHadamardTest, OrthogonalAtEveryOrderItBuilds) {
+  for (const int64_t n : {1, 2, 8, 12, 20, 28, 36, 44, 64, 384}) {
+    const RandomHadamard q(n, 5);
+    std::vector<std::vector<float>> rows;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> e(static_cast<size_t>(n), 0.0f);
+      e[static_cast<size_t>(i)] = 1.0f;
+      q.apply(e.data());
+      rows.push_back(e);
+    }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int64_t k = 0; k < n; ++k) dot += static_cast<double>(rows[i][k]) * rows[j][k];
+        ASSERT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-5) << "order " << n << ", rows " << i << ", " << j;
+      }
+  }
+  for (const int64_t n : {896, 1536, 2048, 3072, 3584, 4096, 5120, 7168}) {
+    const RandomHadamard q(n, 9);
+    std::mt19937 random(static_cast<uint32_t>(n));
+    std::normal_distribution<float> normal;
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) a[i] = normal(random), b[i] = normal(random);
+    double before = 0, norm_before = 0;
+    for (int64_t i = 0; i < n; ++i) before += static_cast<double>(a[i]) * b[i], norm_before += static_cast<double>(a[i]) * a[i];
+    q.apply(a.data());
+    q.apply(b.data());
+    double after = 0, norm_after = 0;
+    for (int64_t i = 0; i < n; ++i) after += static_cast<double>(a[i]) * b[i], norm_after += static_cast<double>(a[i]) * a[i];
+    EXPECT_NEAR(after, before, 1e-3 * n) << n;
+    EXPECT_NEAR(norm_after / norm_before, 1.0, 1e-5) << n;
+  }
+  for (const int64_t n : {3, 6, 100}) {
+    EXPECT_FALSE(RandomHadamard::possible(n)) << n;
+    EXPECT_THROW(RandomHadamard(n, 1), Error) << n;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, QuantizedGoldenTest, ::testing::ValuesIn([] {
