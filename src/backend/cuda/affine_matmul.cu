@@ -8,10 +8,12 @@
 // its nibble pair (j, j + 4) is fragment register j, so one shift and one
 // mask-and-or per register turn codes into bf16 pairs 128 + q (0x4300 | q is
 // exactly 128 + q). At 8 bits the low and high nibbles are two such planes,
-// the high one multiplied by x·16. Row blocks of 16 stay contiguous, so the
-// bytes of rows [r, r + 16·j) sit where the row-major layout has them and a
-// Linear::rows view needs no change. Scales and biases stay row-major [out,
-// groups] in the checkpoint's type (f32, bf16 or f16).
+// the high one multiplied by x·16. Scales and biases (affine_tile_scales) keep
+// the checkpoint's type (f32, bf16 or f16) in 16-row blocks too: per block and
+// group, its 16 rows in the order 0, 8, 1, 9, ..., so the lane that holds rows
+// g and g + 8 of an MMA result reads both with one load. Row blocks of 16 stay
+// contiguous in all three, so the bytes of rows [r, r + 16·j) sit where the
+// row-major layout has them and a Linear::rows view needs no change.
 //
 // Decode rows (up to 8 columns of x, or 4 under the exact rule: x as bf16
 // hi + lo) run as MMAs of the code tiles against x packed in B-fragment order:
@@ -20,7 +22,8 @@
 // x and small integer codes are exact and the sums are f32, so the result is
 // that of f32 weights s·q + b up to the order of the sums. A column's result
 // never depends on the other columns: decode rows are batch invariant here.
-// Prompt rows dequantize row blocks to bf16 for the GEMMs (affine_dequantize).
+// Prompt rows dequantize row blocks for the GEMMs (affine_dequantize): a
+// weight as bf16 hi + lo parts, two GEMMs, f32-accurate as the CPU's weights.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
@@ -48,6 +51,11 @@ __device__ __forceinline__ void nibble_fragment(uint32_t w, uint32_t (&a)[4]) {
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int s) {
   return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w;
+}
+
+// Where scale (or bias) (r, gi) of a matrix with `groups` groups a row sits (the head).
+__host__ __device__ __forceinline__ int64_t scale_index(int64_t r, int64_t gi, int64_t groups) {
+  return ((r / kTileRows) * groups + gi) * kTileRows + (r % 8) * 2 + (r % kTileRows) / 8;
 }
 
 __device__ __forceinline__ float scale_at(const void* p, int dtype, int64_t i) {
@@ -109,25 +117,39 @@ __global__ void affine_tile_kernel(const uint32_t* __restrict__ mlx, int64_t row
   reinterpret_cast<uint32_t*>(tiles)[i] = out;
 }
 
+// Row-major scales or biases [rows, groups] of `bytes` each → the 16-row block layout.
+__global__ void affine_tile_scales_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t groups, int bytes,
+                                          uint8_t* __restrict__ dst) {
+  grid_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one source element
+  if (i >= rows * groups) return;
+  const int64_t at = scale_index(i / groups, i % groups, groups);
+  for (int b = 0; b < bytes; ++b) dst[at * bytes + b] = src[i * bytes + b];
+}
+
 __device__ __forceinline__ float dequantized(const AffineWeights& w, int64_t r, int64_t c, int64_t k) {
-  const int64_t groups = k / w.group_size, gi = r * groups + c / w.group_size;
+  const int64_t gi = scale_index(r, c / w.group_size, k / w.group_size);
   return fmaf(scale_at(w.scales, w.scale_dtype, gi), static_cast<float>(tile_code(w.codes, r, c, k, w.bits)),
               scale_at(w.biases, w.scale_dtype, gi));
 }
 
-// Eight consecutive elements of a row a thread (one group's scale and bias, one 16-byte store).
-__global__ void affine_dequantize_kernel(AffineWeights w, int64_t row0, int64_t rows, int64_t k,
+// Eight consecutive elements of a row a thread (one group's scale and bias, one 16-byte
+// store): part 0 the bf16 rounding of s·q + b, part 1 what that rounding left out.
+__global__ void affine_dequantize_kernel(AffineWeights w, int64_t row0, int64_t rows, int64_t k, int part,
                                          __nv_bfloat16* __restrict__ out) {
   grid_wait();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one run of 8
   if (i >= rows * k / 8) return;
   const int64_t r = i / (k / 8), c0 = i % (k / 8) * 8;
-  const int64_t gi = (row0 + r) * (k / w.group_size) + c0 / w.group_size;
+  const int64_t gi = scale_index(row0 + r, c0 / w.group_size, k / w.group_size);
   const float s = scale_at(w.scales, w.scale_dtype, gi), b = scale_at(w.biases, w.scale_dtype, gi);
   __align__(16) __nv_bfloat16 v[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e)
-    v[e] = __float2bfloat16_rn(fmaf(s, static_cast<float>(tile_code(w.codes, row0 + r, c0 + e, k, w.bits)), b));
+  for (int e = 0; e < 8; ++e) {
+    const float value = fmaf(s, static_cast<float>(tile_code(w.codes, row0 + r, c0 + e, k, w.bits)), b);
+    const __nv_bfloat16 hi = __float2bfloat16_rn(value);
+    v[e] = part == 0 ? hi : __float2bfloat16_rn(value - __bfloat162float(hi));
+  }
   *reinterpret_cast<uint4*>(out + r * k + c0) = *reinterpret_cast<const uint4*>(v);
 }
 
@@ -179,14 +201,31 @@ __global__ void __launch_bounds__(kPackThreads)
   if (lane == 0) sums[w] = s;
 }
 
+// A scale or bias pair (rows g and g + 8 of a 16-row block; i even) in f32.
+template <int S>
+__device__ __forceinline__ float2 scale_pair(const void* base, int64_t i) {
+  if constexpr (S == kAffineScaleF32) {
+    return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(base) + i));
+  } else {
+    const uint32_t v = __ldg(reinterpret_cast<const unsigned int*>(static_cast<const unsigned short*>(base) + i));
+    if constexpr (S == kAffineScaleBf16) return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u));
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  }
+}
+
+// Blocks of the MMA kernel an SM should hold (registers bounded to fit): of 1, 3 and 4 (and 4
+// with half the load depth), 3 decoded fastest at 4 and 8 bits on the H100 (docs/performance.md).
+constexpr int kMmaMinBlocks = 3;
+
 // Per block: RT row tiles (one target's tile, or gate's and up's for the gated form) over
 // all of k; the block's warps take contiguous shares of k (whole groups), and their sums
 // are added in warp order. Tiles of a share go D at a time: all their loads are issued,
-// then consumed.
-template <int Bits, int RT, bool Gated>
-__global__ void __launch_bounds__(kAffineWarps* kWarp)
+// then consumed. S: the scales' type.
+template <int Bits, int RT, bool Gated, int S>
+__global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
     affine_mma_kernel(AffineBatch p, const uint4* __restrict__ xp, const float* __restrict__ xsum) {
   constexpr int Planes = Bits / 4, D = 4 / Planes / RT > 1 ? 4 / Planes / RT : 1;
+  constexpr int kScaleBytes = S == kAffineScaleF32 ? 4 : 2;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t k = p.k;
   const int ktiles = static_cast<int>(k / kTileK), groups = static_cast<int>(k / p.group_size);
@@ -200,10 +239,13 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
     target[0] = &p.target[ti], tile[0] = blockIdx.x - p.first_tile[ti];
   }
   const uint4* codes[RT];
+  int64_t scale0[RT];  // this lane's pair in group 0 of its block
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
+  for (int rt = 0; rt < RT; ++rt) {
     codes[rt] = reinterpret_cast<const uint4*>(target[rt]->w.codes) +
                 (static_cast<int64_t>(tile[rt]) * ktiles * kTileLanes + lane) * Planes;
+    scale0[rt] = static_cast<int64_t>(tile[rt]) * groups * kTileRows + 2 * g;
+  }
   // This warp's share: whole units (a group, or a tile when groups are smaller).
   const int unit = p.group_size > kTileK ? p.group_size / kTileK : 1, units = ktiles / unit;
   const int kt0 = warp * units / kAffineWarps * unit, kt1 = (warp + 1) * units / kAffineWarps * unit;
@@ -226,19 +268,17 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
                                         : make_uint4(0, 0, 0, 0);
   };
   // The share's scales and biases into L1 while the codes come (they are read at each
-  // group's end, a dependent load per group otherwise): lane l takes row l % 16 of the
-  // scales (l < 16) or the biases.
-  const int64_t g0 = static_cast<int64_t>(kt0) * kTileK / p.group_size;
-  const int64_t g1 = (static_cast<int64_t>(kt1) * kTileK + p.group_size - 1) / p.group_size;
-  {
-    const int esz = target[0]->w.scale_dtype == kAffineScaleF32 ? 4 : 2;
+  // group's end, a dependent load per group otherwise): one contiguous run per block,
+  // lanes 0-15 over the scales' lines and 16-31 over the biases'.
+  const int g0 = static_cast<int>(static_cast<int64_t>(kt0) * kTileK / p.group_size);
+  const int g1 = static_cast<int>((static_cast<int64_t>(kt1) * kTileK + p.group_size - 1) / p.group_size);
 #pragma unroll
-    for (int rt = 0; rt < RT; ++rt) {
-      const auto* base = static_cast<const char*>(lane < 16 ? target[rt]->w.scales : target[rt]->w.biases);
-      const int64_t row = static_cast<int64_t>(tile[rt]) * kTileRows + lane % 16;
-      for (int64_t b = (row * groups + g0) * esz & ~int64_t{63}; b < (row * groups + g1) * esz; b += 64)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(base + b));
-    }
+  for (int rt = 0; rt < RT; ++rt) {
+    const auto* base = static_cast<const char*>(lane < 16 ? target[rt]->w.scales : target[rt]->w.biases);
+    const int64_t first = (scale0[rt] - 2 * g + static_cast<int64_t>(g0) * kTileRows) * kScaleBytes;
+    const int64_t last = (scale0[rt] - 2 * g + static_cast<int64_t>(g1) * kTileRows) * kScaleBytes;
+    for (int64_t b = (first & ~int64_t{63}) + (lane % 16) * 64; b < last; b += 16 * 64)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(base + b));
   }
   load(wa, kt0);
   load(wb, kt0 + D);
@@ -247,7 +287,7 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
   if (has_x && t == 0)
     for (int kt = kt0; kt < kt1; ++kt)
       asm volatile("prefetch.global.L1 [%0];" ::"l"(xp + (static_cast<int64_t>(kt) * kColumns + g) * 8));
-  for (int64_t gi = g0 + 2 * lane; gi < g1; gi += 2 * kWarp)
+  for (int gi = g0 + 2 * lane; gi < g1; gi += 2 * kWarp)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(xsum + gi * kColumns));
   const auto consume = [&](const uint4(&w)[D][RT][Planes], int kt) {
 #pragma unroll
@@ -278,17 +318,16 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
         const int step = (kt + d) * 4 + s;
         if ((step + 1) % steps_per_group == 0) {  // the group ends: scale it into the sums
           const int gi = step / steps_per_group;
-          const float xs0 = __ldg(xsum + gi * kColumns + 2 * t), xs1 = __ldg(xsum + gi * kColumns + 2 * t + 1);
+          const float2 xs = __ldg(reinterpret_cast<const float2*>(xsum + gi * kColumns + 2 * t));
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt) {
-            const AffineWeights& m = target[rt]->w;
+            const int64_t at = scale0[rt] + static_cast<int64_t>(gi) * kTileRows;
+            const float2 sc = scale_pair<S>(target[rt]->w.scales, at), bs = scale_pair<S>(target[rt]->w.biases, at);
+            const float s2[2] = {sc.x, sc.y}, b2[2] = {fmaf(-offset, sc.x, bs.x), fmaf(-offset, sc.y, bs.y)};
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int64_t gidx = (static_cast<int64_t>(tile[rt]) * kTileRows + g + 8 * h) * groups + gi;
-              const float sc = scale_at(m.scales, m.scale_dtype, gidx);
-              const float bi = fmaf(-offset, sc, scale_at(m.biases, m.scale_dtype, gidx));
-              acc[rt][2 * h] = fmaf(sc, c[rt][2 * h], fmaf(bi, xs0, acc[rt][2 * h]));
-              acc[rt][2 * h + 1] = fmaf(sc, c[rt][2 * h + 1], fmaf(bi, xs1, acc[rt][2 * h + 1]));
+              acc[rt][2 * h] = fmaf(s2[h], c[rt][2 * h], fmaf(b2[h], xs.x, acc[rt][2 * h]));
+              acc[rt][2 * h + 1] = fmaf(s2[h], c[rt][2 * h + 1], fmaf(b2[h], xs.y, acc[rt][2 * h + 1]));
               c[rt][2 * h] = c[rt][2 * h + 1] = 0.0f;
             }
           }
@@ -338,10 +377,20 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp)
   }
 }
 
-template <int Bits, int RT, bool Gated>
+template <int Bits, int RT, bool Gated, int S>
 void launch_mma(const AffineBatch& batch, unsigned blocks, const Bf16* xp, const float* xsum, cudaStream_t stream) {
-  launch(affine_mma_kernel<Bits, RT, Gated>, blocks, kAffineWarps * kWarp, 0, stream, batch,
+  launch(affine_mma_kernel<Bits, RT, Gated, S>, blocks, kAffineWarps * kWarp, 0, stream, batch,
          reinterpret_cast<const uint4*>(xp), xsum);
+}
+
+// The scales' type.
+template <int Bits, int RT, bool Gated>
+void launch_typed(const AffineBatch& batch, unsigned blocks, const Bf16* xp, const float* xsum, cudaStream_t stream) {
+  switch (batch.target[0].w.scale_dtype) {
+    case kAffineScaleF32: return launch_mma<Bits, RT, Gated, kAffineScaleF32>(batch, blocks, xp, xsum, stream);
+    case kAffineScaleF16: return launch_mma<Bits, RT, Gated, kAffineScaleF16>(batch, blocks, xp, xsum, stream);
+    default: return launch_mma<Bits, RT, Gated, kAffineScaleBf16>(batch, blocks, xp, xsum, stream);
+  }
 }
 
 }  // namespace
@@ -357,8 +406,14 @@ void affine_tile(const uint32_t* mlx, int64_t rows, int64_t k, int bits, void* t
   launch(affine_tile_kernel, blocks_for(words, 256), 256, 0, stream, mlx, rows, k, bits, static_cast<uint8_t*>(tiles));
 }
 
-void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, Bf16* out, cudaStream_t stream) {
-  launch(affine_dequantize_kernel, blocks_for(rows * k / 8, 256), 256, 0, stream, w, row0, rows, k,
+void affine_tile_scales(const void* src, int64_t rows, int64_t groups, int bytes, void* dst, cudaStream_t stream) {
+  launch(affine_tile_scales_kernel, blocks_for(rows * groups, 256), 256, 0, stream, static_cast<const uint8_t*>(src),
+         rows, groups, bytes, static_cast<uint8_t*>(dst));
+}
+
+void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, int part, Bf16* out,
+                       cudaStream_t stream) {
+  launch(affine_dequantize_kernel, blocks_for(rows * k / 8, 256), 256, 0, stream, w, row0, rows, k, part,
          reinterpret_cast<__nv_bfloat16*>(out));
 }
 
@@ -387,12 +442,12 @@ void affine_matmul(const AffineBatch& batch, const void* workspace, cudaStream_t
   const int bits = batch.target[0].w.bits;
   if (batch.gated) {
     const unsigned blocks = static_cast<unsigned>(batch.target[0].rows / kTileRows);
-    return bits == 4 ? launch_mma<4, 2, true>(batch, blocks, xp, xsum, stream)
-                     : launch_mma<8, 2, true>(batch, blocks, xp, xsum, stream);
+    return bits == 4 ? launch_typed<4, 2, true>(batch, blocks, xp, xsum, stream)
+                     : launch_typed<8, 2, true>(batch, blocks, xp, xsum, stream);
   }
   const unsigned blocks = static_cast<unsigned>(batch.first_tile[batch.count]);
-  return bits == 4 ? launch_mma<4, 1, false>(batch, blocks, xp, xsum, stream)
-                   : launch_mma<8, 1, false>(batch, blocks, xp, xsum, stream);
+  return bits == 4 ? launch_typed<4, 1, false>(batch, blocks, xp, xsum, stream)
+                   : launch_typed<8, 1, false>(batch, blocks, xp, xsum, stream);
 }
 
 }  // namespace kettle::cuda

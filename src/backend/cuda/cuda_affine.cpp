@@ -43,35 +43,35 @@ bool CudaBackend::can_run(const Linear& l) const {
 
 Linear CudaBackend::resident_linear(const Linear& l) {
   if (l.scheme != WeightScheme::kAffine) return Backend::resident_linear(l);
-  // The raw parts, in their own types; the codes then retiled on the device.
-  const auto upload = [&](const Tensor& t) {
-    const ResidentKey key{t.data, t.dtype, t.numel(), fingerprint(t)};
-    auto it = resident_.find(key);
-    if (it != resident_.end()) return std::pair{it->second, true};
-    void* device = nullptr;
-    check(cudaMalloc(&device, t.nbytes()), "cudaMalloc (affine weights)");
-    check(cudaMemcpy(device, t.data, t.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy (affine weights)");
-    Tensor copy{device, t.dtype, t.shape};
-    resident_.emplace(key, copy);
-    return std::pair{copy, false};
-  };
+  // The parts in their own types, rearranged on the device into the kernels' layout.
+  const int64_t rows = l.out_features(), k = l.in_features(), groups = k / l.affine.group_size;
   Linear r = l;
-  auto [codes, known] = upload(l.weight);
-  if (!known) {  // retile in place through a scratch copy
-    void* scratch = nullptr;
-    check(cudaMalloc(&scratch, codes.nbytes()), "cudaMalloc (affine retile)");
-    check(cudaMemcpy(scratch, codes.data, codes.nbytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy (affine retile)");
-    cuda::affine_tile(static_cast<const uint32_t*>(scratch), l.out_features(), l.in_features(), l.affine.bits,
-                      const_cast<void*>(codes.data), stream_);
-    check_launch("affine_tile");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (affine retile)");
-    cudaFree(scratch);
-  }
-  r.weight = codes;
-  r.affine.scales = upload(l.affine.scales).first;
-  r.affine.biases = upload(l.affine.biases).first;
+  r.weight = resident_retiled(l.weight, [&](const void* raw, void* out) {
+    cuda::affine_tile(static_cast<const uint32_t*>(raw), rows, k, l.affine.bits, out, stream_);
+  });
+  for (Tensor* part : {&r.affine.scales, &r.affine.biases})
+    *part = resident_retiled(*part, [&](const void* raw, void* out) {
+      cuda::affine_tile_scales(raw, rows, groups, static_cast<int>(dtype_size(part->dtype)), out, stream_);
+    });
   r.bias = l.bias.empty() ? l.bias : resident(l.bias);
   return r;
+}
+
+Tensor CudaBackend::resident_retiled(const Tensor& t, const std::function<void(const void*, void*)>& retile) {
+  const ResidentKey key{t.data, t.dtype, t.numel(), fingerprint(t)};
+  if (auto it = resident_.find(key); it != resident_.end()) return it->second;
+  void* device = nullptr;
+  void* raw = nullptr;
+  check(cudaMalloc(&device, t.nbytes()), "cudaMalloc (affine weights)");
+  check(cudaMalloc(&raw, t.nbytes()), "cudaMalloc (affine weights, as stored)");
+  check(cudaMemcpy(raw, t.data, t.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy (affine weights)");
+  retile(raw, device);
+  check_launch("affine retile");
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (affine retile)");
+  cudaFree(raw);
+  const Tensor resident{device, t.dtype, t.shape};
+  resident_.emplace(key, resident);
+  return resident;
 }
 
 cuda::AffineWeights CudaBackend::affine_weights(const Linear& l) {
@@ -102,34 +102,63 @@ bool CudaBackend::use_affine_decode(const Projection* targets, int count, int64_
   return affine_batchable(targets, count) && (batch_invariant_ || rows <= kAffineDecodeRows);
 }
 
-// Rows in chunks of 8 / split columns; each chunk packs its x once for all targets.
-void CudaBackend::affine_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm,
-                                 const Projection* targets, int count, bool accumulate) {
-  const Linear& first = *targets[0].linear;
-  const int64_t k = first.in_features();
-  if (norm != nullptr) {
-    x = normalized(x, n, k, *norm);
-    ldx = k;
-  }
+cuda::AffineBatch CudaBackend::affine_batch(const Linear& first) const {
   cuda::AffineBatch batch;
-  batch.count = count;
-  batch.k = k;
+  batch.k = first.in_features();
   batch.group_size = first.affine.group_size;
   batch.split = affine_split();
+  return batch;
+}
+
+void CudaBackend::affine_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm,
+                                 const Projection* targets, int count, bool accumulate) {
+  cuda::AffineBatch batch = affine_batch(*targets[0].linear);
+  batch.count = count;
   batch.accumulate = accumulate ? 1 : 0;
   batch.first_tile[0] = 0;
   for (int i = 0; i < count; ++i) {
     const Linear& l = *targets[i].linear;
-    batch.target[i] = {affine_weights(l), f32_data(l.bias.empty() ? nullptr : &l.bias, "affine"), targets[i].out,
-                       targets[i].ldo, static_cast<int>(l.out_features())};
+    batch.target[i] = {affine_weights(l), f32_data(&l.bias, "affine"), targets[i].out, targets[i].ldo,
+                       static_cast<int>(l.out_features())};
     batch.first_tile[i + 1] = batch.first_tile[i] + static_cast<int>(l.out_features() / 16);
   }
+  affine_rows(x, n, ldx, norm, batch);
+}
+
+void CudaBackend::affine_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
+                               const Projection& up, Activation act, float* out, int64_t ldo) {
+  cuda::AffineBatch batch = affine_batch(*gate.linear);
+  batch.count = 2;
+  batch.gated = 1;
+  batch.act = act;
+  batch.gated_out = out;
+  batch.ldo = ldo;
+  int i = 0;
+  for (const Projection* p : {&gate, &up}) {
+    const Linear& l = *p->linear;
+    batch.target[i++] = {affine_weights(l), f32_data(&l.bias, "affine"), nullptr, 0, static_cast<int>(l.out_features())};
+  }
+  affine_rows(x, n, ldx, norm, batch);
+}
+
+// Rows in chunks of 8 / split columns; each chunk packs its x once for all targets.
+void CudaBackend::affine_rows(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, cuda::AffineBatch batch) {
+  const int64_t k = batch.k;
+  if (norm != nullptr) {
+    x = normalized(x, n, k, *norm);
+    ldx = k;
+  }
+  float* outs[cuda::kMaxGemvTargets];
+  for (int i = 0; i < batch.count; ++i) outs[i] = batch.target[i].out;
+  float* gated_out = batch.gated_out;
   void* ws = grow(affine_x_, static_cast<size_t>(cuda::affine_x_bytes(k, batch.group_size)));
   const int64_t chunk = cuda::kAffineColumns / batch.split;
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     batch.rows = static_cast<int>(std::min(chunk, n - r0));
     batch.columns = batch.rows * batch.split;
-    for (int i = 0; i < count; ++i) batch.target[i].out = targets[i].out + r0 * targets[i].ldo;
+    if (batch.gated) batch.gated_out = gated_out + r0 * batch.ldo;
+    else
+      for (int i = 0; i < batch.count; ++i) batch.target[i].out = outs[i] + r0 * batch.target[i].ldo;
     cuda::affine_pack_x(x + r0 * ldx, batch.rows, ldx, k, batch.split, batch.group_size, ws, stream_);
     check_launch("affine_pack_x");
     cuda::affine_matmul(batch, ws, stream_);
@@ -137,40 +166,8 @@ void CudaBackend::affine_project(const float* x, int64_t n, int64_t ldx, const I
   }
 }
 
-void CudaBackend::affine_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
-                               const Projection& up, Activation act, float* out, int64_t ldo) {
-  const int64_t k = gate.linear->in_features();
-  if (norm != nullptr) {
-    x = normalized(x, n, k, *norm);
-    ldx = k;
-  }
-  cuda::AffineBatch batch;
-  batch.count = 2;
-  batch.k = k;
-  batch.group_size = gate.linear->affine.group_size;
-  batch.split = affine_split();
-  batch.gated = 1;
-  batch.act = act;
-  batch.ldo = ldo;
-  int i = 0;
-  for (const Projection* p : {&gate, &up}) {
-    const Linear& l = *p->linear;
-    batch.target[i++] = {affine_weights(l), f32_data(l.bias.empty() ? nullptr : &l.bias, "affine"), nullptr, 0,
-                         static_cast<int>(l.out_features())};
-  }
-  void* ws = grow(affine_x_, static_cast<size_t>(cuda::affine_x_bytes(k, batch.group_size)));
-  const int64_t chunk = cuda::kAffineColumns / batch.split;
-  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-    batch.rows = static_cast<int>(std::min(chunk, n - r0));
-    batch.columns = batch.rows * batch.split;
-    batch.gated_out = out + r0 * ldo;
-    cuda::affine_pack_x(x + r0 * ldx, batch.rows, ldx, k, batch.split, batch.group_size, ws, stream_);
-    check_launch("affine_pack_x");
-    cuda::affine_matmul(batch, ws, stream_);
-    check_launch("affine_gated");
-  }
-}
-
+// Dequantized as two bf16 parts (hi + lo, two GEMMs into the same sums), so the weights the
+// GEMM sees are the f32 ones s·q + b, as the CPU's and the decode kernel's.
 void CudaBackend::gemm_linear(const cuda::Bf16* xb, int64_t n, int64_t k, const Linear& w, float* out, int64_t ldo,
                               bool accumulate, Gemm gemm) {
   if (w.scheme != WeightScheme::kAffine) return gemm_raw(xb, n, k, w.weight, out, ldo, accumulate, gemm);
@@ -180,9 +177,11 @@ void CudaBackend::gemm_linear(const cuda::Bf16* xb, int64_t n, int64_t k, const 
   const cuda::AffineWeights aw = affine_weights(w);
   for (int64_t r0 = 0; r0 < m; r0 += block) {
     const int64_t rows = std::min(block, m - r0);
-    cuda::affine_dequantize(aw, r0, rows, k, dense, stream_);
-    check_launch("affine_dequantize");
-    gemm_raw(xb, n, k, Tensor{dense, DType::kBF16, {rows, k}}, out + r0, ldo, accumulate, gemm);
+    for (int part = 0; part < 2; ++part) {
+      cuda::affine_dequantize(aw, r0, rows, k, part, dense, stream_);
+      check_launch("affine_dequantize");
+      gemm_raw(xb, n, k, Tensor{dense, DType::kBF16, {rows, k}}, out + r0, ldo, accumulate || part == 1, gemm);
+    }
   }
 }
 

@@ -88,6 +88,9 @@ class CudaBackend final : public Backend {
   // Affine weights: the codes in the decode kernel's tile layout, scales and biases as
   // they are (cuda_affine.cpp).
   Linear resident_linear(const Linear& linear) override;
+  // A host tensor's bytes on the device as retile(raw, out) rearranges them (a kernel on the
+  // stream from a temporary copy as stored), cached as resident() caches weights.
+  Tensor resident_retiled(const Tensor& t, const std::function<void(const void*, void*)>& retile);
   bool runs(WeightScheme scheme) const override {
     return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine;
   }
@@ -226,6 +229,8 @@ class CudaBackend final : public Backend {
                       int count, bool accumulate);
   void affine_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
                     const Projection& up, Activation act, float* out, int64_t ldo);
+  void affine_rows(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, cuda::AffineBatch batch);
+  cuda::AffineBatch affine_batch(const Linear& first) const;  // k, group, split of a batch led by `first`
   static cuda::AffineWeights affine_weights(const Linear& l);
   int affine_split() const { return context_.exact_activations ? 2 : 1; }
 

@@ -44,7 +44,7 @@ void add_bias(float* out, int64_t n, int64_t m, int64_t ldo, const float* bias, 
 enum AffineScaleType : int { kAffineScaleF32 = 0, kAffineScaleBf16 = 1, kAffineScaleF16 = 2 };
 struct AffineWeights {
   const uint8_t* codes = nullptr;  // the tile layout (affine_tile)
-  const void* scales = nullptr;    // [rows, k / group_size], row-major, of scale_dtype
+  const void* scales = nullptr;    // [rows, k / group_size] of scale_dtype, the block layout (affine_tile_scales)
   const void* biases = nullptr;    // the same shape and type
   int scale_dtype = kAffineScaleF32;
   int bits = 4;
@@ -77,8 +77,13 @@ constexpr int kAffineColumns = 8;
 bool affine_shape_supported(int bits, int group_size, int64_t rows, int64_t k);
 // MLX's row-major packed codes [rows, k · bits / 32] → the tile layout (the same bytes).
 void affine_tile(const uint32_t* mlx, int64_t rows, int64_t k, int bits, void* tiles, cudaStream_t stream);
-// out[rows, k] = bf16(s · q + b) for rows [row0, row0 + rows).
-void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, Bf16* out, cudaStream_t stream);
+// Row-major scales or biases [rows, groups] (`bytes` each) → the 16-row block layout the
+// kernels read (affine_matmul.cu's head); dst apart from src.
+void affine_tile_scales(const void* src, int64_t rows, int64_t groups, int bytes, void* dst, cudaStream_t stream);
+// out[rows, k] for rows [row0, row0 + rows): part 0 = bf16(s · q + b), part 1 = bf16 of the
+// rest, so the two add up to the f32 weight within f32's own rounding.
+void affine_dequantize(const AffineWeights& w, int64_t row0, int64_t rows, int64_t k, int part, Bf16* out,
+                       cudaStream_t stream);
 // out[i, :] = (s · q + b)[ids[i], :] · scale, in f32.
 void affine_embed(const int32_t* ids, int64_t n, const AffineWeights& w, int64_t dim, float scale, float* out,
                   cudaStream_t stream);
