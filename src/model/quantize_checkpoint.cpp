@@ -63,10 +63,10 @@ class SourceTensors {
   DType stored_type(const std::string& name) const {
     return rotated(name) ? rotation_->source_dtype(name) : store_.get(name).dtype;
   }
-  // Valid until the next get.
-  Tensor get(const std::string& name) {
+  // Valid until the next get; a rotation runs across `pool`.
+  Tensor get(const std::string& name, ThreadPool& pool) {
     if (!rotated(name)) return store_.get(name);
-    values_ = rotation_->values(name);
+    values_ = rotation_->values(name, pool);
     return Tensor{values_.data(), DType::kF32, rotation_->shape(name)};
   }
 
@@ -136,9 +136,9 @@ class ShardWriter {
 
   void write(SafetensorsWriter& file, const OutTensor& t) {
     switch (t.part) {
-      case Part::kCopy: return copy(file, sources_.get(t.source), !sources_.rotated(t.source));
+      case Part::kCopy: return copy(file, sources_.get(t.source, pool_), !sources_.rotated(t.source));
       case Part::kCodes:
-        return quantize(file, sources_.get(t.source), options_.bits_for(t.source), sources_.stored_type(t.source),
+        return quantize(file, sources_.get(t.source, pool_), options_.bits_for(t.source), sources_.stored_type(t.source),
                         !sources_.rotated(t.source));
       case Part::kScales: return flush(file, scales_);
       case Part::kBiases: return flush(file, biases_);

@@ -8,7 +8,6 @@
 
 #include "model/weights.h"
 #include "util/error.h"
-#include "util/thread_pool.h"
 
 namespace kettle {
 namespace {
@@ -193,14 +192,13 @@ DType WeightRotation::source_dtype(const std::string& name) const {
   return store_.get_any(roles_.at(name).source).dtype;
 }
 
-std::vector<float> WeightRotation::values(const std::string& name) const {
+std::vector<float> WeightRotation::values(const std::string& name, ThreadPool& pool) const {
   const Change& c = roles_.at(name);
   const Tensor t = store_.get(c.source);
   std::vector<float> out(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i) out[i] = c.role == Role::kNormToOnes ? 1.0f : dtype_value(t.data, t.dtype, i);
   if (c.role == Role::kNormToOnes) return out;
   const int64_t n = rotation_.size();
-  ThreadPool pool(ThreadPool::default_threads());
   if (c.role == Role::kWriter && t.rank() == 2) {  // Qᵀ · W: each column
     const int64_t cols = t.dim(1);
     pool.parallel_for(cols, 16, [&](int64_t begin, int64_t end) {

@@ -23,6 +23,7 @@
 
 #include "model/model_spec.h"
 #include "model/weight_store.h"
+#include "util/thread_pool.h"
 
 namespace kettle {
 
@@ -53,8 +54,8 @@ class WeightRotation {
   bool unties_embeddings() const { return !added_.empty(); }
   std::vector<int64_t> shape(const std::string& name) const;
   DType source_dtype(const std::string& name) const;
-  // The tensor's rotated values (row-major, its shape).
-  std::vector<float> values(const std::string& name) const;
+  // The tensor's rotated values (row-major, its shape), rows or columns across `pool`.
+  std::vector<float> values(const std::string& name, ThreadPool& pool) const;
 
  private:
   enum class Role { kNormToOnes, kReader, kWriter, kEmbedding };
