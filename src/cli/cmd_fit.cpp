@@ -24,6 +24,10 @@
 namespace kettle::cli {
 namespace {
 
+// What a GPU keeps, as the CUDA backend does: bf16 matrices, 4- and 8-bit affine ones packed
+// (its kernels' widths, cuda::affine_shape_supported; other widths widened to bf16).
+const WeightStorage kGpuStorage = WeightStorage::packed(2, {4, 8});
+
 struct FitFlags {
   std::string model;
   std::string synthetic;
@@ -96,10 +100,10 @@ int run_fit(const FitFlags& f) {
 
   nlohmann::json out{{"model", source}, {"ranks", f.tensor_parallel}, {"ctx", ctx}, {"batch", f.batch}};
   const MemoryFlags flags = memory_flags(f);
-  if (f.skus) {  // GPUs: bf16 weights, affine-quantized ones packed, and an f16 KV cache, as the CUDA backend keeps them
+  if (f.skus) {  // GPUs: weights as kGpuStorage, and an f16 KV cache, as the CUDA backend keeps them
     for (const Sku& sku : kSkus) {
       const MemoryDecision d =
-          decide_memory(spec, true, WeightStorage(2, true), DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
+          decide_memory(spec, true, kGpuStorage, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
       out["weight_bytes_per_rank"] = d.plan.weight_bytes;
       out["kv_bytes_per_token_per_rank"] = d.plan.kv_bytes_per_token + d.plan.window_kv_bytes_per_token;
       nlohmann::json row = verdict(d, ctx, f.batch, limit);
@@ -110,8 +114,8 @@ int run_fit(const FitFlags& f) {
   } else {
     auto backend = make_backend(f.device.device, 1);
     // Synthetic weights are bf16 (or quantized with their scales in bf16) on every device.
-    const WeightStorage weight_bytes =
-        f.synthetic.empty() ? weight_storage(spec, *backend) : WeightStorage(2, backend->runs(WeightScheme::kAffine));
+    WeightStorage weight_bytes = weight_storage(spec, *backend);
+    if (!f.synthetic.empty()) weight_bytes.value_bytes = 2;
     const MemoryDecision d = decide_memory(spec, !backend->host_memory(), weight_bytes, backend->kv_dtype(),
                                            measured_memory_bytes(*backend, f.tensor_parallel), flags);
     out.update(verdict(d, ctx, f.batch, limit));

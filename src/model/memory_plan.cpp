@@ -41,7 +41,7 @@ class MatrixBytes {
     const QuantMethod method = spec_.quant.method;
     const bool zero_point = method == QuantMethod::kAwq || method == QuantMethod::kGptq;
     // FP8 is widened at load; AWQ and GPTQ leave the embedding and the head in floats.
-    if (!q.quantized || !storage_.keeps_quantized || method == QuantMethod::kFp8 ||
+    if (!q.quantized || !storage_.keeps(q.bits) || method == QuantMethod::kFp8 ||
         (zero_point && (path == "model.embed_tokens" || path == "lm_head")))
       return elements * storage_.value_bytes;
     // Codes, then a scale and a bias per group: the checkpoint's float type (MLX), f32

@@ -69,6 +69,14 @@ TEST(MemoryPlan, QuantizedMatricesCountTheirCodesScalesAndBiases) {
   const size_t head = size_t{128256} * 4096;
   EXPECT_EQ(plan_memory(mixed, 1, WeightStorage(2, true), 2).weight_bytes - plan_memory(spec, 1, WeightStorage(2, true), 2).weight_bytes,
             head / 2);
+  // A backend that keeps only 4- and 8-bit weights packed (CUDA) widens a 3-bit one to bf16.
+  ModelSpec three = spec;
+  three.quant.modules["lm_head"] = {true, 3, 64};
+  const WeightStorage gpu = WeightStorage::packed(2, {4, 8});
+  EXPECT_EQ(plan_memory(three, 1, gpu, 2).weight_bytes - plan_memory(spec, 1, gpu, 2).weight_bytes,
+            head * 2 - (head / 2 + head / 64 * 4));
+  EXPECT_EQ(plan_memory(three, 1, WeightStorage(2, true), 2).weight_bytes - plan_memory(spec, 1, WeightStorage(2, true), 2).weight_bytes,
+            head * 3 / 8 - head / 2);
 }
 
 // Bytes of every distinct tensor a model (or shard) holds: a view of other rows is its own
