@@ -45,6 +45,8 @@ struct ConvertFlags {
   int64_t n_calibration = 1024;
   bool n_calibration_given = false;
   ThreadOption threads;
+  DeviceOption device;  // where calibration runs
+  bool device_given = false;
 };
 
 void check_mixed_flags(const ConvertFlags& f) {
@@ -53,6 +55,8 @@ void check_mixed_flags(const ConvertFlags& f) {
                                       std::pair{f.candidates_given, "--candidate-bits"},
                                       std::pair{f.n_calibration_given, "--n-calibration"}})
       if (given) fail(ErrorCategory::kInvalidArgument, "{} applies to mixed precision; add --target-bpw", flag);
+    if (f.device_given)
+      fail(ErrorCategory::kInvalidArgument, "--device applies to mixed precision's calibration; add --target-bpw");
     return;
   }
   if (!(f.target_bpw > 0.0 && f.target_bpw <= 32.0))
@@ -94,6 +98,7 @@ void choose_mixed_bits(const ConvertFlags& f, const std::string& src, QuantizeOp
   s.group_size = options.group_size;
   s.fit = options.fit;
   s.threads = options.threads;
+  s.device = f.device.device;
   options.choose_bits = [&f, s, src](const WeightStore& store) {
     check_target_bpw(store, s, f.target_bpw);
     const std::vector<int32_t> tokens = calibration_tokens(src, f.calibration, f.n_calibration);
@@ -196,6 +201,8 @@ Action register_convert(CLI::App& app) {
       ->capture_default_str()
       ->each([f](const std::string&) { f->seed_given = true; });
   f->threads.add_to(app);
+  f->device.add_device_to(app, "where mixed precision's calibration forwards run");
+  app.get_option("--device")->each([f](const std::string&) { f->device_given = true; });
   app.add_flag("--json", f->json, "print one JSON object");
   return [f] { return run_convert(*f); };
 }

@@ -121,8 +121,15 @@ SyntheticQuant SyntheticQuantOption::resolve(bool synthetic) const {
 }
 
 void DeviceOption::add_to(CLI::App& app) {
-  app.add_option("--device", device,
-                 "where the model runs: cpu, cuda (device 0), cuda:N, or auto (cuda when a GPU is present)")
+  add_device_to(app, "where the model runs");
+  app.add_flag("--batch-invariant,!--no-batch-invariant", batch_invariant,
+               "on (the default): decode through kernels whose sums do not depend on the batch, so a request's "
+               "tokens are the same alone or batched (the CPU's always are); --no-batch-invariant: the fastest "
+               "one-stream GPU decode, whose logits may differ in the last bits when batched");
+}
+
+void DeviceOption::add_device_to(CLI::App& app, const std::string& what) {
+  app.add_option("--device", device, what + ": cpu, cuda (device 0), cuda:N, or auto (cuda when a GPU is present)")
       ->check([](const std::string& d) {
         const bool ordinal = d.size() > 5 && d.starts_with("cuda:") &&
                              d.find_first_not_of("0123456789", 5) == std::string::npos;
@@ -130,10 +137,6 @@ void DeviceOption::add_to(CLI::App& app) {
                                                                     : "expected cpu, cuda, cuda:N or auto, got '" + d + "'";
       })
       ->capture_default_str();
-  app.add_flag("--batch-invariant,!--no-batch-invariant", batch_invariant,
-               "on (the default): decode through kernels whose sums do not depend on the batch, so a request's "
-               "tokens are the same alone or batched (the CPU's always are); --no-batch-invariant: the fastest "
-               "one-stream GPU decode, whose logits may differ in the last bits when batched");
 }
 
 void TensorParallelOption::add_to(CLI::App& app) {

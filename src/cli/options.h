@@ -65,6 +65,7 @@ struct DeviceOption {
   std::string device = "auto";
   bool batch_invariant = true;
   void add_to(CLI::App& app);
+  void add_device_to(CLI::App& app, const std::string& what);  // --device alone; what: the help's subject
 };
 
 // --q-bits B [--q-group-size G] beside --synthetic: random affine-quantized weights of the

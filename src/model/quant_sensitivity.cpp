@@ -67,7 +67,7 @@ void log_softmax_rows(float* logits, int64_t rows, int64_t width) {
 class Calibration {
  public:
   Calibration(Model& model, const std::vector<int32_t>& tokens, const SensitivityOptions& o)
-      : model_(model), backend_(make_cpu_backend(o.threads > 0 ? o.threads : ThreadPool::default_threads())) {
+      : model_(model), device_(o.device), threads_(o.threads > 0 ? o.threads : ThreadPool::default_threads()) {
     if (tokens.size() < 2) fail(ErrorCategory::kInvalidArgument, "calibration: {} tokens; at least 2 are needed", tokens.size());
     int64_t window = o.window;
     if (model.spec.max_position_embeddings > 0) window = std::min(window, model.spec.max_position_embeddings);
@@ -100,7 +100,8 @@ class Calibration {
  private:
   std::vector<std::vector<float>> run() {
     const int64_t width = model_.spec.output_width();
-    StandaloneRunner runner = make_standalone_runner(model_, {backend_.get()});
+    const std::unique_ptr<Backend> backend = make_backend(device_, threads_);
+    StandaloneRunner runner = make_standalone_runner(model_, {backend.get()});
     std::vector<std::vector<float>> out;
     for (const auto& w : windows_) {
       std::vector<float> logits(w.size() * static_cast<size_t>(width));
@@ -113,7 +114,8 @@ class Calibration {
   }
 
   Model& model_;
-  std::unique_ptr<Backend> backend_;
+  std::string device_;
+  int threads_;
   std::vector<std::vector<int32_t>> windows_;
   int64_t count_ = 0;
   std::vector<std::vector<float>> baseline_;

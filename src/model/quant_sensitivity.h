@@ -3,8 +3,8 @@
 //
 // Sensitivity of a weight at b bits: the mean KL divergence, per calibration token,
 // of the model's next-token distribution with that weight alone quantized (b bits,
-// the convert's group size and fit, run through the CPU's affine kernels as a
-// converted model runs) from the float model's. The allocation starts every weight
+// the convert's group size and fit, run through the affine kernels of the chosen
+// device as a converted model runs) from the float model's. The allocation starts every weight
 // at the fewest bits and, while the budget allows, takes the upgrade that saves the
 // most KL per bit added (the weights' KLs taken as additive, as llama.cpp's and
 // mlx-lm's mixed recipes take them).
@@ -28,6 +28,9 @@ struct SensitivityOptions {
   AffineFit fit = AffineFit::kLeastSquares;
   int64_t window = 512;  // calibration tokens per forward (at most the model's context)
   int threads = 0;       // CPU threads; 0: every core
+  // Where the calibration forwards run (make_backend's names): a fresh backend per run, so
+  // a GPU holds one candidate's weights at a time.
+  std::string device = "cpu";
 };
 
 struct WeightSensitivity {
