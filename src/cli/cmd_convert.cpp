@@ -35,7 +35,7 @@ struct ConvertFlags {
   std::string fit = "least-squares";
   bool json = false;
   bool bits_given = false;  // --q-bits on the command line
-  bool seed_given = false;
+  bool group_given = false, method_given = false, seed_given = false;
   // Mixed precision.
   double target_bpw = 0.0;
   bool target_given = false;
@@ -121,6 +121,10 @@ int run_convert(const ConvertFlags& f) {
   if (!f.quantize && !f.options.rotate)
     fail(ErrorCategory::kInvalidArgument, "convert: nothing asked; -q (quantize) and --rotate-weights are the "
          "conversions it makes");
+  if (!f.quantize)
+    for (const auto& [given, flag] : {std::pair{f.bits_given, "--q-bits"}, std::pair{f.group_given, "--q-group-size"},
+                                      std::pair{f.method_given, "--q-method"}, std::pair{f.target_given, "--target-bpw"}})
+      if (given) fail(ErrorCategory::kInvalidArgument, "{} applies to quantizing; add -q", flag);
   if (f.seed_given && !f.options.rotate)
     fail(ErrorCategory::kInvalidArgument, "--rotation-seed applies to --rotate-weights");
   if (f.options.rotate && f.target_given)
@@ -178,11 +182,13 @@ Action register_convert(CLI::App& app) {
       ->capture_default_str()
       ->each([f](const std::string&) { f->bits_given = true; });
   app.add_option("--q-group-size", f->options.group_size, "weights per scale and bias: 32, 64 or 128")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([f](const std::string&) { f->group_given = true; });
   app.add_option("--q-method", f->fit,
                  "how each group's scale and bias are chosen: least-squares (lowest error), or mlx (mlx-lm's own codes)")
       ->check(CLI::IsMember({"least-squares", "mlx"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([f](const std::string&) { f->method_given = true; });
   app.add_option("--target-bpw", f->target_bpw,
                  "mixed precision: bits per weight in all (codes, scales and biases), each weight's bits chosen by its "
                  "sensitivity on --calibration")
@@ -196,7 +202,7 @@ Action register_convert(CLI::App& app) {
       ->each([f](const std::string&) { f->n_calibration_given = true; });
   app.add_flag("--rotate-weights", f->options.rotate,
                "fold a random Hadamard rotation of the residual stream into the weights (the float model's function "
-               "unchanged; quantizes with less error). Without -q, writes the rotated weights as f32");
+               "unchanged; outlier channels spread out before quantizing). Without -q, writes the rotated weights as f32");
   app.add_option("--rotation-seed", f->options.rotation_seed, "the rotation's random signs")
       ->capture_default_str()
       ->each([f](const std::string&) { f->seed_given = true; });

@@ -5,7 +5,10 @@
 // tensor's own float type); everything else is copied. Streamed tensor by tensor
 // (source pages are let go as they are used), so memory stays near one tensor's
 // scales; written into a temporary folder beside DST and renamed at the end, so
-// a failure leaves nothing at DST.
+// a failure leaves nothing at DST. Mixed precision: per-tensor bits (chosen by
+// model/quant_sensitivity.h), written as mlx-lm's per-module overrides. Rotation:
+// the weights a residual-stream rotation changes (model/rotate_weights.h) are read
+// rotated, as f32, and written so when not quantized.
 #pragma once
 
 #include <cstddef>

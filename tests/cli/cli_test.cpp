@@ -323,6 +323,9 @@ TEST_F(CliTest, ConvertMixedPrecisionRefusesFlagsItCannotApply) {
   expect_error(run_kettle(convert + "--target-bpw 0 --calibration " + text.string()), 2, "--target-bpw 0");
   expect_error(run_kettle(convert + "--rotation-seed 3"), 2, "--rotation-seed");
   expect_error(run_kettle(convert + "--device cpu"), 2, "--device");
+  const std::string rotate_only = "convert " + model() + " " + out.string() + " --rotate-weights ";
+  expect_error(run_kettle(rotate_only + "--q-bits 8"), 2, "--q-bits");
+  expect_error(run_kettle(rotate_only + "--q-group-size 32"), 2, "--q-group-size");
   expect_error(run_kettle(mixed + "--rotate-weights"), 5, "--rotate-weights");
   expect_error(run_kettle(convert + "--target-bpw 5 --calibration " + (dir_ / "none.txt").string()), 3, "none.txt");
   // Below what the fewest bits reach (4-bit codes, scales and biases in groups of 64), refused before calibrating.
