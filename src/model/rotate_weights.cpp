@@ -173,7 +173,9 @@ WeightRotation::WeightRotation(const ModelSpec& spec, const WeightStore& store, 
   const std::string embed = name_of(w.embed.weight), final_norm = name_of(w.final_norm);
   add(w.final_norm, Role::kNormToOnes);
   if (w.lm_head.weight.data == w.embed.weight.data) {  // tied: the head becomes a tensor of its own
-    added_.push_back("lm_head.weight");
+    unties_ = true;
+    if (store.contains("lm_head.weight")) bound.insert("lm_head.weight");  // a stored copy the tie ignored: replaced
+    else added_.push_back("lm_head.weight");
     roles_["lm_head.weight"] = {Role::kReader, embed, final_norm};
   } else {
     add_linear(w.lm_head, Role::kReader, final_norm);

@@ -51,7 +51,7 @@ class WeightRotation {
   bool changes(const std::string& name) const { return roles_.count(name) != 0; }
   // Tensors the rotated checkpoint holds that the source does not (an untied LM head).
   const std::vector<std::string>& added() const { return added_; }
-  bool unties_embeddings() const { return !added_.empty(); }
+  bool unties_embeddings() const { return unties_; }
   std::vector<int64_t> shape(const std::string& name) const;
   DType source_dtype(const std::string& name) const;
   // The tensor's rotated values (row-major, its shape), rows or columns across `pool`.
@@ -69,6 +69,7 @@ class WeightRotation {
   RandomHadamard rotation_;
   std::map<std::string, Change> roles_;
   std::vector<std::string> added_;
+  bool unties_ = false;
 };
 
 }  // namespace kettle
