@@ -79,8 +79,6 @@ class Calibration {
     baseline_ = run();
   }
 
-  size_t forwards_per_run() const { return windows_.size(); }
-
   // Mean KL(float ‖ the model as its weights are now), nats per token.
   double kl_from_baseline() {
     const std::vector<std::vector<float>> now = run();

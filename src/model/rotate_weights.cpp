@@ -38,14 +38,17 @@ std::vector<int> paley_core(int q, int first_column) {
   return c;
 }
 
-// A Hadamard matrix of order m by Paley's constructions with a prime q, or empty.
+bool paley_one(int m) { return is_prime(m - 1) && (m - 1) % 4 == 3; }
+bool paley_two(int m) { return m % 2 == 0 && is_prime(m / 2 - 1) && (m / 2 - 1) % 4 == 1; }
+
+// A Hadamard matrix of order m (paley_one or paley_two) by Paley's constructions with a prime q.
 std::vector<int8_t> paley_hadamard(int m) {
   std::vector<int8_t> h;
-  if (is_prime(m - 1) && (m - 1) % 4 == 3) {  // Paley I: I + core
+  if (paley_one(m)) {  // Paley I: I + core
     const std::vector<int> c = paley_core(m - 1, -1);
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < m; ++j) h.push_back(static_cast<int8_t>(c[static_cast<size_t>(i * m + j)] + (i == j ? 1 : 0)));
-  } else if (m % 2 == 0 && is_prime(m / 2 - 1) && (m / 2 - 1) % 4 == 1) {  // Paley II: the core's entries as 2 × 2 blocks
+  } else {  // Paley II: the core's entries as 2 × 2 blocks
     const int n = m / 2;
     const std::vector<int> c = paley_core(n - 1, 1);
     h.assign(static_cast<size_t>(m * m), 0);
@@ -56,8 +59,6 @@ std::vector<int8_t> paley_hadamard(int m) {
         for (int a = 0; a < 2; ++a)
           for (int b = 0; b < 2; ++b) h[static_cast<size_t>((2 * i + a) * m + 2 * j + b)] = static_cast<int8_t>(block[a][b]);
       }
-  } else {
-    return h;
   }
   for (int i = 0; i < m; ++i)  // H · Hᵀ = m · I, or the construction is wrong
     for (int j = 0; j < m; ++j) {
@@ -68,14 +69,15 @@ std::vector<int8_t> paley_hadamard(int m) {
   return h;
 }
 
-// n = m · 2^k with m 1 or a Paley order; m = 0 when there is none.
+// n = m · 2^k with m 1 or a Paley order (by the primes alone: nothing built); m = 0 when there is none.
 std::pair<int, int64_t> hadamard_factors(int64_t n) {
   int k = 0;
   while (n > 0 && (n >> (k + 1)) << (k + 1) == n) ++k;
   for (; k >= 0; --k) {
     const int64_t m = n >> k;
     if (m == 1) return {1, n};
-    if (m % 4 == 0 && m <= 4096 && !paley_hadamard(static_cast<int>(m)).empty()) return {static_cast<int>(m), n / m};
+    if (m % 4 == 0 && m <= 4096 && (paley_one(static_cast<int>(m)) || paley_two(static_cast<int>(m))))
+      return {static_cast<int>(m), n / m};
   }
   return {0, 0};
 }
