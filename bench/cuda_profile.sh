@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Per-kernel times and DRAM bytes of a few decode steps under Nsight Compute
 # (clocks left as they are), summed per kernel name.
-#   bash bench/cuda_profile.sh KETTLE_BINARY PRESET OUT_DIR
+#   [BENCH_ARGS="--q-bits 4"] bash bench/cuda_profile.sh KETTLE_BINARY PRESET OUT_DIR
 set -uo pipefail
 kettle=${1:?kettle binary}; preset=${2:?preset}; out=${3:?out dir}
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes.sum --csv --launch-skip "${PROFILE_SKIP:-1500}" \
-  --launch-count "${PROFILE_COUNT:-300}" "$kettle" bench --synthetic "$preset" --device cuda -p 16 -g 64 -r 1 >"$out/ncu.csv" 2>"$out/ncu.err"
+  --launch-count "${PROFILE_COUNT:-300}" "$kettle" bench --synthetic "$preset" --device cuda -p 16 -g 64 -r 1 ${BENCH_ARGS:-} >"$out/ncu.csv" 2>"$out/ncu.err"
 python3 - "$out/ncu.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

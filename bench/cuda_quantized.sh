@@ -14,6 +14,8 @@
 # PEER: llamacpp.tar.xz + vocab-llama3.gguf.xz and bin/llamacpp-peer.sh +
 # bin/make_random_gguf.py (copies of ../shared/bench), as for cuda_long_moe.sh.
 # LLAMA_DEADLINE (s, default 400): how long the peer may take to be ready.
+# WORK: where llama.cpp is built; one built there by an earlier call (build.rc and
+# gguf.rc both 0) is used as it is. SKIP_CHECKS=1: the benches alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 prebuilt=${KETTLE_PREBUILT:?KETTLE_PREBUILT=DIR}; peer=$(cd "${PEER:?PEER=DIR}" && pwd)
@@ -27,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 # SKIP_PEER=1: kettle alone (a second call on the same kind of machine, the peer's numbers
 # taken from the first).
 build_job= gguf_job=
-if [ -z "${SKIP_PEER:-}" ]; then
+if [ -z "${SKIP_PEER:-}" ] && [ "$(cat "$work/build.rc" 2>/dev/null)$(cat "$work/gguf.rc" 2>/dev/null)" != 00 ]; then
   xz -dc "$peer/vocab-llama3.gguf.xz" >"$work/vocab-llama3.gguf"
   tar xJf "$peer/llamacpp.tar.xz" -C "$work/src"
   ( bash "$peer/bin/llamacpp-peer.sh" build "$work" cuda >"$out/llamacpp-build.log" 2>&1; echo $? >"$work/build.rc" ) &
@@ -36,6 +38,7 @@ if [ -z "${SKIP_PEER:-}" ]; then
   gguf_job=$!
 fi
 
+if [ -z "${SKIP_CHECKS:-}" ]; then
 # The test binaries read tests/data where they were built; point that path here.
 data=$(strings "$prebuilt/bin/quantized_test" | grep -m1 -o '/[^ ]*/tests/data$')
 [ -n "$data" ] && [ ! -e "$data" ] && mkdir -p "$(dirname "$(dirname "$data")")" && ln -s "$PWD" "$(dirname "$(dirname "$data")")"
@@ -51,6 +54,7 @@ fi
 "$prebuilt/bin/golden_cuda_test" --gtest_filter="${GOLDEN_FILTER:-*PromptLogitsMatch*:*Greedy*:*Batching*}" >"$out/golden.log" 2>&1
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/golden.log"
 stamp "checks done"
+fi
 
 # kettle's benches wait for llama.cpp's build: run beside a compile on the same host, they
 # measured 10-30 % slow (2026-12-06).

@@ -38,10 +38,12 @@ struct RopeParams {
   float attention_factor = 1.0f;    // scales cos and sin (YaRN, LongRoPE)
 };
 
+// One expert's projections (dense, or of a scheme the backend runs for experts:
+// Backend::can_run_expert).
 struct ExpertWeights {
-  Tensor gate;  // [inter, hidden]
-  Tensor up;    // [inter, hidden]
-  Tensor down;  // [hidden, inter]
+  Linear gate;  // [inter, hidden]
+  Linear up;    // [inter, hidden]
+  Linear down;  // [hidden, inter]
 };
 
 struct MoeParams {
@@ -167,6 +169,9 @@ class Backend {
   // Whether this Linear's scheme and shape run here (a backend may run a scheme for some
   // bit widths or shapes only).
   virtual bool can_run(const Linear& linear) const { return runs(linear.scheme); }
+  // Whether moe runs a router or an expert stored as this Linear (a backend may run a
+  // scheme in projections but not in its expert kernels; the model runner widens the rest).
+  virtual bool can_run_expert(const Linear& linear) const { return can_run(linear); }
   // The Linear as ops on this backend read it: each tensor resident (a backend may keep a
   // scheme's parts in a layout of its own; one copy per host data pointer).
   virtual Linear resident_linear(const Linear& linear);
@@ -221,7 +226,7 @@ class Backend {
 
   // Routed mixture of experts: out[n, hidden] = Σ_topk p_e · down_e(act(gate_e x) · up_e x),
   // with router logits = x · routerᵀ and p = softmax over all experts (renormalised over top-k).
-  virtual void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
+  virtual void moe(const float* x, int64_t n, int64_t hidden, const Linear& router,
                    const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) = 0;
 };
 

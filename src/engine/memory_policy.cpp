@@ -9,18 +9,19 @@ namespace kettle {
 
 WeightStorage weight_storage(const ModelSpec& spec, const Backend& backend) {
   WeightStorage s(backend.host_memory() ? dtype_size(spec.rope_freq_dtype) : 2);
-  s.packed_widths = packed_affine_widths(backend);
+  s.packed_widths = packed_affine_widths(backend, false);
+  s.expert_packed_widths = packed_affine_widths(backend, true);
   return s;
 }
 
-uint32_t packed_affine_widths(const Backend& backend) {
+uint32_t packed_affine_widths(const Backend& backend, bool experts) {
   uint32_t widths = 0;
   for (int bits : {2, 3, 4, 5, 6, 8}) {  // a 16 × 128 weight in groups of 64 with bf16 scales: any shape's kernels
     Linear probe;
     probe.scheme = WeightScheme::kAffine;
     probe.weight = Tensor{nullptr, DType::kU32, {16, 128 * bits / 32}};
     probe.affine = {Tensor{nullptr, DType::kBF16, {16, 2}}, Tensor{nullptr, DType::kBF16, {16, 2}}, bits, 64};
-    if (backend.can_run(probe)) widths |= 1u << bits;
+    if (experts ? backend.can_run_expert(probe) : backend.can_run(probe)) widths |= 1u << bits;
   }
   return widths;
 }

@@ -41,9 +41,10 @@ struct MemoryDecision {
 // checkpoint's own type in host memory (mapped as stored).
 WeightStorage weight_storage(const ModelSpec& spec, const Backend& backend);
 
-// The affine widths `backend` keeps packed (WeightStorage::packed_widths): those its kernels
-// run; it widens the others to bf16 at load.
-uint32_t packed_affine_widths(const Backend& backend);
+// The affine widths `backend` keeps packed (WeightStorage::packed_widths, or with
+// `experts` expert_packed_widths): those its kernels (or its MoE kernels) run; it widens
+// the others to bf16 at load.
+uint32_t packed_affine_widths(const Backend& backend, bool experts);
 
 // What a rank of `backend`'s kind has now: a GPU's free memory, or the host's available
 // RAM split over `ranks` (they share it).

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "tensor/affine_quant.h"
@@ -48,12 +50,19 @@ class ResidentLinears {
   // inside a block takes the dense copy.
   Linear operator()(const Linear& l, int64_t split_rows = 0) {
     const bool splits_packed = l.scheme != WeightScheme::kDense && split_rows % 16 != 0;
-    if (l.empty() || (backend_.can_run(l) && !splits_packed)) return backend_.resident_linear(l);
+    return as_read(l, !l.empty() && backend_.can_run(l) && !splits_packed, "weights of this shape");
+  }
+  // A router or an expert (Backend::moe reads it).
+  Linear expert(const Linear& l) { return as_read(l, backend_.can_run_expert(l), "experts and routers"); }
+
+ private:
+  Linear as_read(const Linear& l, bool runs_as_stored, const char* what) {
+    if (l.empty() || runs_as_stored) return backend_.resident_linear(l);
     auto it = dequantized_.find(l.weight.data);
     if (it == dequantized_.end()) {
-      if (dequantized_.empty())
-        log::info("{} has no kernels for {} weights of this shape: dequantizing them to bf16 as they load", backend_.name(),
-                  scheme_name(l));
+      if (warned_.insert(what).second)
+        log::info("{} has no kernels for {} {}: dequantizing them to bf16 as they load", backend_.name(),
+                  scheme_name(l), what);
       const std::vector<uint16_t> dense = dequantize_bf16(l);
       Tensor weight = backend_.resident(Tensor{dense.data(), DType::kBF16, {l.out_features(), l.in_features()}});
       it = dequantized_.emplace(l.weight.data, weight).first;
@@ -65,9 +74,9 @@ class ResidentLinears {
     return r;
   }
 
- private:
   Backend& backend_;
   std::map<const void*, Tensor> dequantized_;  // codes → the resident dense copy
+  std::set<std::string> warned_;
 };
 
 // A fused [gate | up] projection as the two halves the gated op takes.
@@ -86,14 +95,15 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
     LayerWeights r;
     for (auto [dst, src] : {std::pair{&r.attn_norm, &l.attn_norm}, {&r.q_norm, &l.q_norm}, {&r.k_norm, &l.k_norm},
                             {&r.attn_post_norm, &l.attn_post_norm}, {&r.ffn_norm, &l.ffn_norm},
-                            {&r.ffn_post_norm, &l.ffn_post_norm}, {&r.router, &l.router}})
+                            {&r.ffn_post_norm, &l.ffn_post_norm}})
       *dst = resident(backend, *src);
+    r.router = linear.expert(l.router);
     for (auto [dst, src] : {std::pair{&r.q, &l.q}, {&r.k, &l.k}, {&r.v, &l.v}, {&r.qkv, &l.qkv}, {&r.o, &l.o},
                             {&r.gate, &l.gate}, {&r.up, &l.up}, {&r.down, &l.down}})
       *dst = linear(*src);
     if (!l.gate_up.empty()) std::tie(r.gate, r.up) = split_gate_up(linear(l.gate_up, spec.intermediate_size), spec.intermediate_size);
     for (const ExpertWeights& e : l.experts)
-      r.experts.push_back({resident(backend, e.gate), resident(backend, e.up), resident(backend, e.down)});
+      r.experts.push_back({linear.expert(e.gate), linear.expert(e.up), linear.expert(e.down)});
     out.layers.push_back(std::move(r));
   }
   return out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "model/arch/arch_table.h"
 #include "model/tensor_parallel.h"
 
 namespace kettle {
@@ -36,12 +37,13 @@ namespace {
 class MatrixBytes {
  public:
   MatrixBytes(const ModelSpec& s, WeightStorage storage) : spec_(s), storage_(storage) {}
-  size_t operator()(const std::string& path, size_t elements) const {
+  // expert: a MoE router or experts' stacked matrix (Backend::can_run_expert).
+  size_t operator()(const std::string& path, size_t elements, bool expert = false) const {
     const QuantParams q = spec_.quant.for_module(path);
     const QuantMethod method = spec_.quant.method;
     const bool zero_point = method == QuantMethod::kAwq || method == QuantMethod::kGptq;
     // FP8 is widened at load; AWQ and GPTQ leave the embedding and the head in floats.
-    if (!q.quantized || !storage_.keeps(q.bits) || method == QuantMethod::kFp8 ||
+    if (!q.quantized || !storage_.keeps(q.bits, expert) || method == QuantMethod::kFp8 ||
         (zero_point && (path == "model.embed_tokens" || path == "lm_head")))
       return elements * storage_.value_bytes;
     // Codes, then a scale and a bias per group: the checkpoint's float type (MLX), f32
@@ -77,8 +79,12 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, siz
              matrix(layer + "self_attn.v_proj", kv * h) + matrix(layer + "self_attn.o_proj", q * h);
     if (l.moe) {
       moe_inter = std::max(moe_inter, s.expert_intermediate_size);
-      split += static_cast<size_t>(s.n_experts) * 3 * static_cast<size_t>(s.expert_intermediate_size) * h * value;
-      replicated += static_cast<size_t>(s.n_experts) * h * value;  // the router
+      // Experts at the bits config.json gives mlx-lm's stacked modules, the router its own.
+      const std::string block = layer + std::string(arch_table(s.model_type, "config.json").moe_block) + ".";
+      const size_t expert = static_cast<size_t>(s.n_experts) * static_cast<size_t>(s.expert_intermediate_size) * h;
+      for (const char* part : {"switch_mlp.gate_proj", "switch_mlp.up_proj", "switch_mlp.down_proj"})
+        split += matrix(block + part, expert, true);
+      replicated += matrix(block + "gate", static_cast<size_t>(s.n_experts) * h, true);
     } else {
       const size_t inter = static_cast<size_t>(s.intermediate_size) / n * h;  // gate, up (rows) and down (columns)
       split += matrix(layer + "mlp.gate_proj", inter) + matrix(layer + "mlp.up_proj", inter) +

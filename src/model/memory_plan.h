@@ -44,20 +44,26 @@ struct MemoryPlan {
 
 // How a backend keeps the weights: the bytes of a float matrix element (2 for bf16/f16,
 // what a GPU keeps; 4 for f32 on the CPU), and which widths of quantized matrices stay
-// packed (codes, scales and biases); the others are widened to that float type.
+// packed (codes, scales and biases), in projections and in MoE routers and experts; the
+// others are widened to that float type.
 struct WeightStorage {
   static constexpr uint32_t kEveryWidth = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) | (1u << 6) | (1u << 8);
   WeightStorage(size_t value_bytes, bool keeps_quantized = false)  // NOLINT: a plain width converts
-      : value_bytes(value_bytes), packed_widths(keeps_quantized ? kEveryWidth : 0) {}
-  // bits: the widths kept packed.
+      : value_bytes(value_bytes),
+        packed_widths(keeps_quantized ? kEveryWidth : 0),
+        expert_packed_widths(keeps_quantized ? kEveryWidth : 0) {}
+  // bits: the widths kept packed in projections (experts: none).
   static WeightStorage packed(size_t value_bytes, std::initializer_list<int> bits) {
     WeightStorage s(value_bytes);
     for (int b : bits) s.packed_widths |= 1u << b;
     return s;
   }
-  bool keeps(int bits) const { return bits > 0 && bits < 32 && ((packed_widths >> bits) & 1u) != 0; }
+  bool keeps(int bits, bool expert = false) const {
+    return bits > 0 && bits < 32 && (((expert ? expert_packed_widths : packed_widths) >> bits) & 1u) != 0;
+  }
   size_t value_bytes;
-  uint32_t packed_widths;  // bit b set: b-bit matrices stay packed
+  uint32_t packed_widths;         // bit b set: b-bit matrices stay packed
+  uint32_t expert_packed_widths;  // the same for routers and experts
 };
 
 // kv_value_bytes: the bytes of the backend's KV element (dtype_size of Backend::kv_dtype).

@@ -49,15 +49,12 @@ size_t Model::weight_bytes_read(bool routed_share) const {
   count(weights.final_norm);
   for (const auto& l : weights.layers) {
     for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count_linear(*p);
-    for (const Tensor* t : {&l.attn_norm, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm,
-                            &l.router})
+    for (const Tensor* t : {&l.attn_norm, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm})
       count(*t);
+    count_linear(l.router);
     const size_t before = total;
-    for (const auto& e : l.experts) {
-      count(e.gate);
-      count(e.up);
-      count(e.down);
-    }
+    for (const auto& e : l.experts)
+      for (const Linear* p : {&e.gate, &e.up, &e.down}) count_linear(*p);
     if (routed_share && !l.experts.empty() && spec.experts_per_token > 0)
       total = before + (total - before) * static_cast<size_t>(spec.experts_per_token) / l.experts.size();
   }

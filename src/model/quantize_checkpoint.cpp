@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/expert_stacking.h"
 #include "model/rotate_weights.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_store.h"
@@ -43,39 +44,60 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The tensors convert writes from: the store's as they are, or, where a rotation changes
-// them, their rotated values (f32, computed when their turn comes).
+// The tensors convert writes from: the store's as they are; mixture-of-experts layers'
+// experts stacked into mlx-lm's switch_mlp tensors (model/expert_stacking.h); or, where a
+// rotation changes them, their rotated values (f32, computed when their turn comes).
 class SourceTensors {
  public:
-  SourceTensors(const WeightStore& store, const WeightRotation* rotation) : store_(store), rotation_(rotation) {
-    names_ = store.names();
+  SourceTensors(const WeightStore& store, const ExpertStacking& stacking, const WeightRotation* rotation)
+      : store_(store), stacking_(stacking), rotation_(rotation) {
+    for (const std::string& name : store.names())
+      if (!stacking.consumed(name)) names_.push_back(name);
+    for (const auto& [name, stacked] : stacking.stacked()) names_.push_back(name);
     if (rotation != nullptr) names_.insert(names_.end(), rotation->added().begin(), rotation->added().end());
   }
 
   const std::vector<std::string>& names() const { return names_; }
   bool rotated(const std::string& name) const { return rotation_ != nullptr && rotation_->changes(name); }
+  // Read from the source's pages as they are (let go once written), not made here.
+  bool mapped(const std::string& name) const { return !rotated(name) && !stacked(name); }
   // Its shape and type, without data (rotated: F32).
   Tensor meta(const std::string& name) const {
+    if (stacked(name)) {
+      const StackedTensor& s = stacking_.stacked().at(name);
+      return Tensor{nullptr, s.dtype, s.shape};
+    }
     if (!rotated(name)) return store_.get(name);
     return Tensor{nullptr, DType::kF32, rotation_->shape(name)};
   }
   // The float type its scales and biases are stored in: the source's own.
   DType stored_type(const std::string& name) const {
-    return rotated(name) ? rotation_->source_dtype(name) : store_.get(name).dtype;
+    return rotated(name) ? rotation_->source_dtype(name) : meta(name).dtype;
   }
   // Valid until the next get; a rotation runs across `pool`.
   Tensor get(const std::string& name, ThreadPool& pool) {
+    if (stacked(name)) return stacking_.gather(name, store_, gathered_);
     if (!rotated(name)) return store_.get(name);
     values_ = rotation_->values(name, pool);
     return Tensor{values_.data(), DType::kF32, rotation_->shape(name)};
   }
 
  private:
+  bool stacked(const std::string& name) const { return stacking_.stacked().count(name) != 0; }
+
   const WeightStore& store_;
+  const ExpertStacking& stacking_;
   const WeightRotation* rotation_;
   std::vector<std::string> names_;
   std::vector<float> values_;
+  std::vector<uint8_t> gathered_;
 };
+
+// The shape with its last dimension replaced.
+std::vector<int64_t> with_last(std::vector<int64_t> shape, int64_t last) {
+  shape.back() = last;
+  return shape;
+}
 
 std::vector<OutTensor> plan_outputs(const SourceTensors& sources, const QuantizeOptions& o) {
   std::vector<OutTensor> out;
@@ -85,15 +107,17 @@ std::vector<OutTensor> plan_outputs(const SourceTensors& sources, const Quantize
       out.push_back({{name, std::string(dtype_safetensors_name(t.dtype)), t.shape, t.nbytes()}, name, Part::kCopy});
       continue;
     }
+    // Stacked experts [n, out, in] quantize as n · out rows; codes, scales and biases keep
+    // the leading dimensions (mlx-lm's QuantizedSwitchLinear).
     const std::string module = name.substr(0, name.size() - std::string(".weight").size());
-    const int64_t rows = t.dim(0), cols = t.dim(1), groups = cols / o.group_size, bits = o.bits_for(name);
+    const int64_t cols = t.dim(-1), rows = t.numel() / cols, groups = cols / o.group_size, bits = o.bits_for(name);
     const DType stored = sources.stored_type(name);
     const std::string sb_dtype(dtype_safetensors_name(stored));
     const size_t sb_bytes = static_cast<size_t>(rows * groups) * dtype_size(stored);
-    out.push_back({{name, "U32", {rows, cols * bits / 32}, static_cast<size_t>(rows * cols * bits / 8)}, name,
+    out.push_back({{name, "U32", with_last(t.shape, cols * bits / 32), static_cast<size_t>(rows * cols * bits / 8)}, name,
                    Part::kCodes});
-    out.push_back({{module + ".scales", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kScales});
-    out.push_back({{module + ".biases", sb_dtype, {rows, groups}, sb_bytes}, name, Part::kBiases});
+    out.push_back({{module + ".scales", sb_dtype, with_last(t.shape, groups), sb_bytes}, name, Part::kScales});
+    out.push_back({{module + ".biases", sb_dtype, with_last(t.shape, groups), sb_bytes}, name, Part::kBiases});
   }
   return out;
 }
@@ -136,10 +160,10 @@ class ShardWriter {
 
   void write(SafetensorsWriter& file, const OutTensor& t) {
     switch (t.part) {
-      case Part::kCopy: return copy(file, sources_.get(t.source, pool_), !sources_.rotated(t.source));
+      case Part::kCopy: return copy(file, sources_.get(t.source, pool_), sources_.mapped(t.source));
       case Part::kCodes:
-        return quantize(file, sources_.get(t.source, pool_), options_.bits_for(t.source), sources_.stored_type(t.source),
-                        !sources_.rotated(t.source));
+        return quantize(file, as_matrix(sources_.get(t.source, pool_)), options_.bits_for(t.source),
+                        sources_.stored_type(t.source), sources_.mapped(t.source));
       case Part::kScales: return flush(file, scales_);
       case Part::kBiases: return flush(file, biases_);
     }
@@ -156,6 +180,12 @@ class ShardWriter {
       if (mapped) release_pages(p + done, n);
       advanced_(n);
     }
+  }
+
+  // A stacked [n, out, in] tensor as [n · out, in].
+  static Tensor as_matrix(Tensor t) {
+    t.shape = {t.numel() / t.dim(-1), t.dim(-1)};
+    return t;
   }
 
   // Rows quantized a batch at a time across the pool, written in order.
@@ -250,8 +280,6 @@ void check_source(const std::string& src, const ModelSpec& spec, const WeightSto
   if (spec.quant.present())
     fail(ErrorCategory::kInvalidArgument, "{} is already quantized (config.json has 'quantization'); convert reads a "
          "float checkpoint", src);
-  if (spec.n_experts > 0)
-    fail(ErrorCategory::kUnsupported, "{}: quantizing mixture-of-experts models is not supported yet", src);
   if (!store.unusable().empty()) {
     const auto& [name, dtype] = *store.unusable().begin();
     fail(ErrorCategory::kUnsupported, "{}: tensor '{}' has dtype {}; convert reads BF16, F16 and F32 tensors", src, name,
@@ -277,7 +305,8 @@ void check_options(const QuantizeOptions& o) {
 }  // namespace
 
 bool quantizable(const std::string& name, const Tensor& t, int group_size) {
-  return ends_with(name, ".weight") && t.rank() == 2 && t.dim(1) % group_size == 0;
+  const bool stacked_experts = t.rank() == 3 && name.find(".switch_mlp.") != std::string::npos;
+  return ends_with(name, ".weight") && (t.rank() == 2 || stacked_experts) && t.dim(-1) % group_size == 0;
 }
 
 double affine_bits_per_weight(int bits, int group_size, DType scale_type) {
@@ -311,6 +340,14 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
   const WeightStore store = WeightStore::open_folder(src);
   check_source(src, spec, store);
   QuantizeOptions o = options;
+  if (o.choose_bits && spec.n_experts > 0)
+    fail(ErrorCategory::kUnsupported, "{}: --target-bpw (mixed precision) is not supported yet for mixture-of-experts "
+         "models", src);
+  const ExpertStacking stacking(spec, store);
+  // Routers at 8 bits unless asked otherwise (as mlx-lm's MoE models quantize them):
+  // routing compares their logits, and they are a sliver of the model's bytes.
+  for (const std::string& router : stacking.routers())
+    if (o.bits < 8 && o.tensor_bits.count(router) == 0) o.tensor_bits[router] = 8;
   if (o.choose_bits) {
     o.tensor_bits = o.choose_bits(store);
     check_options(o);
@@ -319,7 +356,7 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
 
   std::optional<WeightRotation> rotation;
   if (o.rotate) rotation.emplace(spec, store, o.rotation_seed);
-  SourceTensors sources(store, rotation ? &*rotation : nullptr);
+  SourceTensors sources(store, stacking, rotation ? &*rotation : nullptr);
 
   std::vector<OutTensor> outputs = plan_outputs(sources, o);
   const int shards = assign_shards(outputs, o.max_shard_bytes);

@@ -135,8 +135,6 @@ Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed, S
   Model model;
   model.source = "synthetic:" + preset_or_config;
   model.spec = synthetic_spec(preset_or_config, quant);
-  if (quant.bits != 0 && model.spec.n_experts > 0)
-    fail(ErrorCategory::kUnsupported, "--q-bits: quantized mixture-of-experts weights are not supported yet");
   model.store = std::make_shared<WeightStore>(WeightStore::fabricated(
       [seed, bits = quant.bits](const std::string& name, const std::vector<int64_t>& shape, DType dtype, Tensor& out) {
         return fabricate(name, shape, dtype, out, seed, bits);

@@ -74,17 +74,17 @@ class Binder {
     l.bias = bias == Bias::kRequired ? need(name + ".bias", {out}) : maybe(name + ".bias", {out});
     return l;
   }
-  void refuse_zero_point(const std::string& module) const {
-    if (has(module + ".qweight")) refuse_quantized_module(module);
+  // A projection without its bias (routers and experts: their kernels add none; a bias
+  // the checkpoint holds is refused by name rather than left out).
+  Linear unbiased(const std::string& name, int64_t out, int64_t in) const {
+    if (has(name + ".bias"))
+      fail(ErrorCategory::kUnsupported, "{}: '{}{}.bias': biased routers and experts are not supported",
+           store_.folder(), prefix_, name);
+    return bind_linear(store_, quant_, prefix_ + name, out, in);
   }
-  // A tensor the generic forward reads as floats; a quantized one is refused by name.
-  void refuse_quantized(const std::string& module) const {
-    if (has(module + ".scales")) refuse_quantized_module(module);
-  }
-  [[noreturn]] void refuse_quantized_module(const std::string& module) const {
-    fail(ErrorCategory::kUnsupported, "{}: '{}{}' is quantized; quantized mixture-of-experts weights (router and "
-         "experts) are not supported yet", store_.folder(), prefix_, module);
-  }
+  // A stacked [n, out, in] projection (MLX's switch_mlp; dense, or affine with stacked
+  // scales and biases) as n Linears over its slices.
+  std::vector<Linear> stacked(const std::string& name, int64_t n, int64_t out, int64_t in) const;
 
  private:
   const WeightStore& store_;
@@ -98,6 +98,41 @@ Tensor expert_slice(const Tensor& stacked, int64_t e) {
   view.shape = {stacked.dim(1), stacked.dim(2)};
   view.data = static_cast<const uint8_t*>(stacked.data) + static_cast<size_t>(e) * view.nbytes();
   return view;
+}
+
+std::vector<Linear> Binder::stacked(const std::string& name, int64_t n, int64_t out, int64_t in) const {
+  if (has(name + ".bias"))
+    fail(ErrorCategory::kUnsupported, "{}: '{}{}.bias': biased experts are not supported", store_.folder(), prefix_,
+         name);
+  std::vector<Linear> experts(static_cast<size_t>(n));
+  if (!has(name + ".scales")) {
+    const Tensor w = need(name + ".weight", {n, out, in});
+    for (int64_t e = 0; e < n; ++e) experts[static_cast<size_t>(e)].weight = expert_slice(w, e);
+    return experts;
+  }
+  // The affine parts as one [out, in] module each: bits and group size from config.json
+  // (the stacked module's own entry, mlx-lm's per-module override, when it has one).
+  const std::string path = prefix_ + name;
+  const QuantParams p = quant_.for_module(path);
+  if (quant_.method != QuantMethod::kMlxAffine || !p.quantized)
+    fail(ErrorCategory::kInvalidData, "{}: '{}.scales' holds MLX quantized experts, but config.json's 'quantization' "
+         "does not quantize '{}'", store_.folder(), path, path);
+  if (in % p.group_size != 0 || (in * p.bits) % 32 != 0)
+    fail(ErrorCategory::kInvalidData, "{}: '{}' has {} inputs, not a multiple of its group size {}", store_.folder(),
+         path, in, p.group_size);
+  const Tensor codes = store_.get_codes(path + ".weight", {n, out, in * p.bits / 32});
+  const Tensor scales = store_.get(path + ".scales", {n, out, in / p.group_size});
+  const Tensor biases = store_.get(path + ".biases", {n, out, in / p.group_size});
+  if (biases.dtype != scales.dtype)
+    fail(ErrorCategory::kInvalidData, "{}: '{}.biases' is {} but its scales are {}", store_.folder(), path,
+         dtype_name(biases.dtype), dtype_name(scales.dtype));
+  for (int64_t e = 0; e < n; ++e) {
+    Linear& l = experts[static_cast<size_t>(e)];
+    l.scheme = WeightScheme::kAffine;
+    l.weight = expert_slice(codes, e);
+    l.affine = {expert_slice(scales, e), expert_slice(biases, e), p.bits, p.group_size};
+  }
+  return experts;
 }
 
 void bind_attention(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
@@ -128,29 +163,38 @@ void bind_dense_mlp(const ModelSpec& s, const Binder& b, LayerWeights& w) {
   w.down = b.linear("mlp.down_proj", h, inter);
 }
 
+// The router and the experts, in any of their layouts: MLX's stacked switch_mlp (dense or
+// affine), transformers 5's stacked experts.gate_up_proj / down_proj, or one module per
+// expert (dense, MLX affine, AWQ/GPTQ repacked, FP8 widened: as bind_linear takes them).
 void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, LayerWeights& w) {
   const int64_t h = s.hidden_size, inter = s.expert_intermediate_size, n = s.n_experts;
   const std::string block = std::string(arch.moe_block) + ".";
-  for (const char* module : {"gate", "switch_mlp.gate_proj", "switch_mlp.up_proj", "switch_mlp.down_proj",
-                             "experts.0.gate_proj", "experts.0.w1"})
-    b.refuse_quantized(block + module);
-  for (const char* module : {"gate", "experts.0.gate_proj", "experts.0.w1"}) b.refuse_zero_point(block + module);
-  w.router = b.need(block + "gate.weight", {n, h});
+  w.router = b.unbiased(block + "gate", n, h);
   w.experts.resize(static_cast<size_t>(n));
+  if (b.has_linear(block + "switch_mlp.gate_proj")) {  // mlx-lm's layout
+    const std::vector<Linear> gate = b.stacked(block + "switch_mlp.gate_proj", n, inter, h);
+    const std::vector<Linear> up = b.stacked(block + "switch_mlp.up_proj", n, inter, h);
+    const std::vector<Linear> down = b.stacked(block + "switch_mlp.down_proj", n, h, inter);
+    for (size_t e = 0; e < static_cast<size_t>(n); ++e) w.experts[e] = {gate[e], up[e], down[e]};
+    return;
+  }
   if (b.has(block + "experts.gate_up_proj")) {  // transformers 5 stacked layout
     Tensor gate_up = b.need(block + "experts.gate_up_proj", {n, 2 * inter, h});
     Tensor down = b.need(block + "experts.down_proj", {n, h, inter});
     for (int64_t e = 0; e < n; ++e) {
       Tensor both = expert_slice(gate_up, e);
-      w.experts[static_cast<size_t>(e)] = {both.rows(0, inter), both.rows(inter, inter), expert_slice(down, e)};
+      ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
+      ex.gate.weight = both.rows(0, inter);
+      ex.up.weight = both.rows(inter, inter);
+      ex.down.weight = expert_slice(down, e);
     }
     return;
   }
   for (int64_t e = 0; e < n; ++e) {
-    std::string p = fmt::format("{}experts.{}.", block, e);
-    w.experts[static_cast<size_t>(e)] = {b.need(p + std::string(arch.expert_gate) + ".weight", {inter, h}),
-                                         b.need(p + std::string(arch.expert_up) + ".weight", {inter, h}),
-                                         b.need(p + std::string(arch.expert_down) + ".weight", {h, inter})};
+    const std::string p = fmt::format("{}experts.{}.", block, e);
+    w.experts[static_cast<size_t>(e)] = {b.unbiased(p + std::string(arch.expert_gate), inter, h),
+                                         b.unbiased(p + std::string(arch.expert_up), inter, h),
+                                         b.unbiased(p + std::string(arch.expert_down), h, inter)};
   }
 }
 

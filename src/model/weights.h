@@ -26,7 +26,7 @@ struct LayerWeights {
   Linear gate, up;                             // [inter, hidden], or empty when fused
   Linear gate_up;                              // [2 inter, hidden] (phi3)
   Linear down;                                 // [hidden, inter]
-  Tensor router;                               // [n_experts, hidden]
+  Linear router;                               // [n_experts, hidden]
   std::vector<ExpertWeights> experts;
 };
 

@@ -297,9 +297,6 @@ TEST_F(CliTest, ConvertRefusesBadInputAndLeavesNothing) {
   // A quantized source.
   ASSERT_EQ(run_kettle("convert " + model() + " " + (dir_ / "q4").string() + " -q").exit_code, 0);
   expect_error(run_kettle("convert " + (dir_ / "q4").string() + " " + out.string() + " -q"), 2, "already quantized");
-  // A mixture-of-experts source.
-  expect_error(run_kettle("convert " + (kGoldens / "qwen3_moe" / "model").string() + " " + out.string() + " -q"), 5,
-               "mixture-of-experts");
   // A shard the index names is missing.
   std::ofstream(dir_ / "model.safetensors.index.json")
       << R"({"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}})";
@@ -327,6 +324,10 @@ TEST_F(CliTest, ConvertMixedPrecisionRefusesFlagsItCannotApply) {
   expect_error(run_kettle(rotate_only + "--q-bits 8"), 2, "--q-bits");
   expect_error(run_kettle(rotate_only + "--q-group-size 32"), 2, "--q-group-size");
   expect_error(run_kettle(mixed + "--rotate-weights"), 5, "--rotate-weights");
+  // Mixed precision does not choose bits for stacked experts yet.
+  expect_error(run_kettle("convert " + (kGoldens / "qwen3_moe" / "model").string() + " " + out.string() +
+                          " -q --target-bpw 5 --calibration " + text.string()),
+               5, "mixture-of-experts");
   expect_error(run_kettle(convert + "--target-bpw 5 --calibration " + (dir_ / "none.txt").string()), 3, "none.txt");
   // Below what the fewest bits reach (4-bit codes, scales and biases in groups of 64), refused before calibrating.
   expect_error(run_kettle(convert + "--target-bpw 3 --calibration " + text.string()), 2, "--target-bpw 3");

@@ -44,9 +44,13 @@ float widen(const std::string& dtype, const std::vector<uint8_t>& bytes, size_t 
 }
 
 // The quantized folder as a dense f32 one: element j of a row is code j of the row's bit
-// stream (read a bit at a time, LSB first) times its group's scale plus its bias.
-void write_dequantized(const fs::path& quantized, const fs::path& out, int bits, int group) {
+// stream (read a bit at a time, LSB first) times its group's scale plus its bias. Each
+// module's bits and group size are config.json's (its per-module entry, else the default);
+// stacked experts [n, out, in · bits / 32] become [n, out, in].
+void write_dequantized(const fs::path& quantized, const fs::path& out) {
   fs::create_directories(out);
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(quantized / "config.json"));
+  const nlohmann::ordered_json& q = config.at("quantization");
   auto tensors = test::read_safetensors((quantized / "model.safetensors").string());
   std::map<std::string, test::RawTensor> dense;
   for (auto& [name, t] : tensors) {
@@ -56,28 +60,34 @@ void write_dequantized(const fs::path& quantized, const fs::path& out, int bits,
       continue;
     }
     const std::string module = name.substr(0, name.size() - 7);
+    const nlohmann::ordered_json& own = q.contains(module) ? q.at(module) : q;
+    const int bits = own.at("bits").get<int>(), group = own.at("group_size").get<int>();
     const test::RawTensor& s = tensors.at(module + ".scales");
     const test::RawTensor& b = tensors.at(module + ".biases");
-    const int64_t rows = t.shape[0], cols = t.shape[1] * 32 / bits, groups = cols / group;
-    ASSERT_EQ(s.shape, (std::vector<int64_t>{rows, groups})) << module;
-    test::RawTensor w{"F32", {rows, cols}, std::vector<uint8_t>(static_cast<size_t>(rows * cols * 4))};
+    const int64_t words = t.shape.back(), cols = words * 32 / bits, groups = cols / group;
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
+    std::vector<int64_t> shape = t.shape, scale_shape = t.shape;
+    shape.back() = cols;
+    scale_shape.back() = groups;
+    EXPECT_EQ(s.shape, scale_shape) << module;
+    test::RawTensor w{"F32", shape, std::vector<uint8_t>(static_cast<size_t>(rows * cols * 4))};
     for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* stream = t.bytes.data() + r * t.shape[1] * 4;
+      const uint8_t* stream = t.bytes.data() + r * words * 4;
       for (int64_t j = 0; j < cols; ++j) {
-        uint32_t q = 0;
+        uint32_t code = 0;
         for (int k = 0; k < bits; ++k) {
           const int64_t bit = j * bits + k;
-          q |= static_cast<uint32_t>((stream[bit / 8] >> (bit % 8)) & 1) << k;
+          code |= static_cast<uint32_t>((stream[bit / 8] >> (bit % 8)) & 1) << k;
         }
-        const size_t g = static_cast<size_t>(r * groups + j / group);
-        const float v = widen(s.dtype, s.bytes, g) * static_cast<float>(q) + widen(b.dtype, b.bytes, g);
+        const size_t gi = static_cast<size_t>(r * groups + j / group);
+        const float v = widen(s.dtype, s.bytes, gi) * static_cast<float>(code) + widen(b.dtype, b.bytes, gi);
         std::memcpy(w.bytes.data() + (r * cols + j) * 4, &v, 4);
       }
     }
     dense[name] = std::move(w);
   }
   test::write_safetensors((out / "model.safetensors").string(), dense);
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(quantized / "config.json"));
   config.erase("quantization");
   config.erase("quantization_config");
   std::ofstream(out / "config.json") << config.dump(2);
@@ -123,6 +133,40 @@ void expect_same_logits(const std::vector<float>& got, const std::vector<float>&
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << label;
 }
 
+// A mixture of experts converted as mlx-lm writes one: every MoE layer's experts stacked
+// under switch_mlp (no per-expert tensors left), quantized at the run's bits, the router
+// at 8 bits (a per-module entry when the run's are fewer).
+void expect_quantized_experts(const Model& model, const fs::path& folder, int bits, int group) {
+  const auto tensors = test::read_safetensors((folder / "model.safetensors").string());
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(folder / "config.json"));
+  int moe_layers = 0;
+  for (const auto& [name, t] : tensors) EXPECT_EQ(name.find(".experts."), std::string::npos) << name;
+  for (size_t i = 0; i < model.weights.layers.size(); ++i) {
+    const LayerWeights& l = model.weights.layers[i];
+    if (l.experts.empty()) continue;
+    ++moe_layers;
+    EXPECT_EQ(l.router.scheme, WeightScheme::kAffine) << "layer " << i;
+    EXPECT_EQ(l.router.affine.bits, 8) << "layer " << i;
+    for (const ExpertWeights& e : l.experts)
+      for (const Linear* p : {&e.gate, &e.up, &e.down}) {
+        if (p->in_features() % group != 0) continue;  // a width the groups do not divide stays float
+        EXPECT_EQ(p->scheme, WeightScheme::kAffine) << "layer " << i;
+        EXPECT_EQ(p->affine.bits, bits) << "layer " << i;
+      }
+    bool stacked = false;
+    for (const auto& [name, t] : tensors)
+      stacked |= name.find("layers." + std::to_string(i) + ".") != std::string::npos &&
+                 name.find(".switch_mlp.gate_proj.weight") != std::string::npos && t.shape.size() == 3;
+    EXPECT_TRUE(stacked) << "layer " << i << ": no stacked switch_mlp.gate_proj";
+  }
+  EXPECT_GT(moe_layers, 0);
+  if (bits < 8) {
+    EXPECT_TRUE(config["quantization"].contains("model.layers.0.mlp.gate") ||
+                config["quantization"].contains("model.layers.0.block_sparse_moe.gate"))
+        << config["quantization"].dump();
+  }
+}
+
 struct Format {
   int bits, group;
 };
@@ -134,11 +178,6 @@ TEST_P(QuantizedGoldenTest, ForwardEqualsTheDequantizedDenseModel) {
   const fs::path work = fs::path(::testing::TempDir()) / ("kettle-quantized-" + case_label(name));
   fs::remove_all(work);
   fs::create_directories(work);
-  if (is_moe(name)) {
-    EXPECT_THROW(quantize_checkpoint(model_dir(name), (work / "q").string(), {}), Error);
-    EXPECT_FALSE(fs::exists(work / "q"));
-    return;
-  }
   const Golden g = read_golden(case_dir(name));
   for (const Format f : {Format{8, 32}, Format{4, 64}, Format{3, 32}, Format{5, 32}, Format{6, 64}, Format{2, 32}}) {
     const std::string label = std::to_string(f.bits) + "-bit, groups of " + std::to_string(f.group);
@@ -148,9 +187,10 @@ TEST_P(QuantizedGoldenTest, ForwardEqualsTheDequantizedDenseModel) {
     options.group_size = f.group;
     const QuantizeReport report = quantize_checkpoint(model_dir(name), q.string(), options);
     EXPECT_GT(report.quantized, 0) << label;
-    write_dequantized(q, work / "dense", f.bits, f.group);
+    write_dequantized(q, work / "dense");
     const Model quantized = load_model(q.string()), reference = load_model((work / "dense").string());
     EXPECT_EQ(quantized.weights.layers[0].o.scheme, WeightScheme::kAffine);
+    if (is_moe(name)) expect_quantized_experts(quantized, q, f.bits, f.group);
     const std::vector<float> got = prompt_logits(quantized, g), want = prompt_logits(reference, g);
     expect_same_logits(got, want, f.bits, g, label);
     EXPECT_EQ(greedy(quantized, g), greedy(reference, g)) << label;
@@ -159,7 +199,10 @@ TEST_P(QuantizedGoldenTest, ForwardEqualsTheDequantizedDenseModel) {
       worst = std::max(worst, relative_error(got.data() + p * g.vocab, g.logits.data() + p * g.vocab, g.vocab));
     RecordProperty("worst_relative_error_vs_transformers_" + std::to_string(f.bits) + "bit_g" + std::to_string(f.group),
                    std::to_string(worst));
-    if (f.bits == 8) {
+    // A tiny random MoE routes on near-equal router logits: any perturbation of the weights
+    // (8-bit or FP8 alike) flips some tokens' experts, so its distance from transformers'
+    // logits measures those flips, not the codec (recorded, not bounded).
+    if (f.bits == 8 && !is_moe(name)) {
       EXPECT_LE(worst, 0.05) << label << ": 8-bit logits far from transformers'";
     }
     std::printf("%s %s: worst relative error of the prompt logits vs transformers %.4f\n", name.c_str(), label.c_str(),
@@ -167,6 +210,77 @@ TEST_P(QuantizedGoldenTest, ForwardEqualsTheDequantizedDenseModel) {
     fs::remove_all(q);
     fs::remove_all(work / "dense");
   }
+  fs::remove_all(work);
+}
+
+// A MoE golden model rewritten in transformers 5's layout (each layer's experts fused into
+// experts.gate_up_proj [n, 2 inter, hidden] and experts.down_proj [n, hidden, inter]):
+// converting it writes the very bytes converting the per-expert source does.
+void write_fused_experts(const std::string& name, const fs::path& out) {
+  fs::create_directories(out);
+  const fs::path src = fs::path(model_dir(name));
+  const bool mixtral = name.find("mixtral") != std::string::npos;
+  const std::string gate = mixtral ? "w1" : "gate_proj", up = mixtral ? "w3" : "up_proj", down = mixtral ? "w2" : "down_proj";
+  auto tensors = test::read_safetensors((src / "model.safetensors").string());
+  std::map<std::string, test::RawTensor> fused;
+  std::map<std::string, int> experts;  // block → experts seen
+  for (auto& [tname, t] : tensors) {
+    const size_t at = tname.find(".experts.");
+    if (at == std::string::npos) {
+      fused[tname] = t;
+      continue;
+    }
+    const std::string block = tname.substr(0, at);
+    const int e = std::stoi(tname.substr(at + 9));
+    experts[block] = std::max(experts[block], e + 1);
+  }
+  for (const auto& [block, n] : experts) {
+    test::RawTensor gate_up, downs;
+    for (int e = 0; e < n; ++e) {
+      const std::string p = block + ".experts." + std::to_string(e) + ".";
+      for (const std::string* part : {&gate, &up}) {
+        const test::RawTensor& t = tensors.at(p + *part + ".weight");
+        gate_up.dtype = t.dtype;
+        gate_up.bytes.insert(gate_up.bytes.end(), t.bytes.begin(), t.bytes.end());
+        gate_up.shape = {n, 2 * t.shape[0], t.shape[1]};
+      }
+      const test::RawTensor& d = tensors.at(p + down + ".weight");
+      downs.dtype = d.dtype;
+      downs.bytes.insert(downs.bytes.end(), d.bytes.begin(), d.bytes.end());
+      downs.shape = {n, d.shape[0], d.shape[1]};
+    }
+    fused[block + ".experts.gate_up_proj"] = std::move(gate_up);
+    fused[block + ".experts.down_proj"] = std::move(downs);
+  }
+  test::write_safetensors((out / "model.safetensors").string(), fused);
+  for (const auto& entry : fs::directory_iterator(src))
+    if (entry.path().extension() != ".safetensors") fs::copy(entry.path(), out / entry.path().filename());
+}
+
+TEST_P(QuantizedGoldenTest, FusedExpertsConvertAsPerExpertOnes) {
+  const std::string name = GetParam();
+  if (!is_moe(name)) GTEST_SKIP() << "not a mixture of experts";
+  const fs::path work = fs::path(::testing::TempDir()) / ("kettle-fused-experts-" + case_label(name));
+  fs::remove_all(work);
+  write_fused_experts(name, work / "fused");
+  QuantizeOptions options;
+  options.bits = 4;
+  options.group_size = 32;
+  quantize_checkpoint(model_dir(name), (work / "a").string(), options);
+  quantize_checkpoint((work / "fused").string(), (work / "b").string(), options);
+  const auto a = test::read_safetensors((work / "a" / "model.safetensors").string());
+  const auto b = test::read_safetensors((work / "b" / "model.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [tname, t] : a) {
+    ASSERT_EQ(b.count(tname), 1u) << tname;
+    EXPECT_EQ(t.shape, b.at(tname).shape) << tname;
+    EXPECT_TRUE(t.bytes == b.at(tname).bytes) << tname;
+  }
+  // The fused float source loads and runs as the per-expert one does.
+  const Golden g = read_golden(case_dir(name));
+  const std::vector<float> fused = prompt_logits(load_model((work / "fused").string()), g);
+  const std::vector<float> split = prompt_logits(load_model(model_dir(name)), g);
+  EXPECT_EQ(0, std::memcmp(fused.data(), split.data(), fused.size() * sizeof(float)));
   fs::remove_all(work);
 }
 
@@ -191,7 +305,7 @@ void write_zero_point(const std::string& name, const fs::path& out, const fs::pa
   const uint32_t maxq = (1u << bits) - 1, per_word = 32 / bits;
   static constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   for (auto& [tname, t] : tensors) {
-    if (!is_projection(tname)) {
+    if (!is_projection(tname) || t.shape[1] % group != 0) {  // AutoAWQ/AutoGPTQ leave such a module float
       packed[tname] = reference[tname] = t;
       continue;
     }
@@ -270,7 +384,6 @@ void write_zero_point(const std::string& name, const fs::path& out, const fs::pa
 
 TEST_P(QuantizedGoldenTest, AwqAndGptqCheckpointsEqualTheirDequantizedDenseModel) {
   const std::string name = GetParam();
-  if (is_moe(name)) GTEST_SKIP() << "quantized mixture-of-experts weights are refused";
   const fs::path work = fs::path(::testing::TempDir()) / ("kettle-zero-point-" + case_label(name));
   const Golden g = read_golden(case_dir(name));
   struct Case {
@@ -396,7 +509,6 @@ void write_fp8(const std::string& name, const fs::path& out, const fs::path& den
 
 TEST_P(QuantizedGoldenTest, Fp8CheckpointsEqualTheirWidenedDenseModel) {
   const std::string name = GetParam();
-  if (is_moe(name)) GTEST_SKIP() << "FP8 experts are refused with the tensor named";
   const fs::path work = fs::path(::testing::TempDir()) / ("kettle-fp8-" + case_label(name));
   const Golden g = read_golden(case_dir(name));
   for (int block : {32, 128, 0}) {
@@ -421,7 +533,6 @@ TEST_P(QuantizedGoldenTest, Fp8CheckpointsEqualTheirWidenedDenseModel) {
 TEST_P(QuantizedGoldenTest, CudaRunsQuantizedWeightsAsTheCpuDoes) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (or kettle built without CUDA)";
   const std::string name = GetParam();
-  if (is_moe(name)) GTEST_SKIP() << "quantized mixture-of-experts weights are refused (tested above)";
   const fs::path work = fs::path(::testing::TempDir()) / ("kettle-quantized-cuda-" + case_label(name));
   const Golden g = read_golden(case_dir(name));
   for (auto [bits, group] : {std::pair{4, 32}, {8, 64}, {4, 64}}) {
@@ -474,7 +585,7 @@ TEST_P(QuantizedGoldenTest, RotatedWeightsGiveTheSameLogits) {
       quantize_checkpoint(model_dir(name), (work / "r").string(), options);
       ADD_FAILURE() << name << ": a model whose norms do not commute with a rotation was rotated";
     } catch (const Error& e) {
-      const char* named = source.spec.n_experts > 0 ? "mixture-of-experts" : "--rotate-weights";
+      const char* named = source.spec.n_experts > 0 ? "mixtures of experts" : "--rotate-weights";
       EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(work / "r"));

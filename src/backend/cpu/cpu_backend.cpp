@@ -94,7 +94,7 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < vocab; ++i)
         if (!((masks[r * words + i / 32] >> (i % 32)) & 1u)) logits[r * vocab + i] = -INFINITY;
   }
-  void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
+  void moe(const float* x, int64_t n, int64_t hidden, const Linear& router,
            const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) override {
     cpu::moe(pool_, x, n, hidden, router, experts, params, out);
   }

@@ -40,7 +40,7 @@ inline int64_t page_row(const KvPages& kv, int64_t t, int64_t row) {
 
 void softcap(ThreadPool& pool, float* x, int64_t n, float cap);
 
-void moe(ThreadPool& pool, const float* x, int64_t n, int64_t hidden, const Tensor& router,
+void moe(ThreadPool& pool, const float* x, int64_t n, int64_t hidden, const Linear& router,
          const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out);
 
 }  // namespace kettle::cpu

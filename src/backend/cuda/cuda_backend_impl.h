@@ -95,6 +95,8 @@ class CudaBackend final : public Backend {
     return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine;
   }
   bool can_run(const Linear& linear) const override;
+  // The expert kernels read bf16 (quantized experts are widened at load).
+  bool can_run_expert(const Linear& linear) const override { return linear.scheme == WeightScheme::kDense; }
 
   // The context holds while ops run (a recorded step's host-side choices are made then).
   void run_step(const StepContext& context, uint64_t key, const std::function<void()>& ops) override;
@@ -131,7 +133,7 @@ class CudaBackend final : public Backend {
   // call leaves its rows' counters zero, so a later call of more rows finds zeros too.
   unsigned* argmax_arrivals(int64_t rows);
 
-  void moe(const float* x, int64_t n, int64_t hidden, const Tensor& router, const std::vector<ExpertWeights>& experts,
+  void moe(const float* x, int64_t n, int64_t hidden, const Linear& router, const std::vector<ExpertWeights>& experts,
            const MoeParams& params, float* out) override;
 
  private:

@@ -18,10 +18,10 @@ constexpr int64_t kGroupedRows = 2048;
 
 }  // namespace
 
-void CudaBackend::moe(const float* x, int64_t n, int64_t hidden, const Tensor& router,
+void CudaBackend::moe(const float* x, int64_t n, int64_t hidden, const Linear& router,
                       const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) {
-  const int n_experts = static_cast<int>(router.dim(0));
-  const int64_t inter = experts.at(0).gate.dim(0);
+  const int n_experts = static_cast<int>(router.out_features());
+  const int64_t inter = experts.at(0).gate.out_features();
   const int k = params.top_k;
   if (n_experts > cuda::kMaxRoutedExperts || k < 1 || k > n_experts)
     fail(ErrorCategory::kUnsupported, "cuda moe: {} experts, top {} (at most {} experts, 1 ≤ top-k ≤ experts)",
@@ -42,7 +42,7 @@ void CudaBackend::moe(const float* x, int64_t n, int64_t hidden, const Tensor& r
   auto* ids = reinterpret_cast<int32_t*>(base + logits_bytes + pair_bytes);
   auto* h = reinterpret_cast<float*>(base + logits_bytes + 2 * pair_bytes);
   void* grouped_ws = base + logits_bytes + 2 * pair_bytes + h_bytes;
-  cuda::router_logits(x, n, hidden, bf16_data(router, "moe"), n_experts, logits, stream_);
+  cuda::router_logits(x, n, hidden, bf16_data(router.weight, "moe"), n_experts, logits, stream_);
   check_launch("router_logits");
   cuda::route_top_k(logits, n, n_experts, k, params.renormalize, ids, weights, stream_);
   check_launch("route_top_k");
@@ -63,15 +63,15 @@ void CudaBackend::moe(const float* x, int64_t n, int64_t hidden, const Tensor& r
 
 // Device table [gate pointers | up pointers | down pointers] for one layer's experts.
 const cuda::Bf16** CudaBackend::expert_table(const std::vector<ExpertWeights>& experts) {
-  const void* key = experts.front().gate.data;  // a layer's experts, by their resident address
+  const void* key = experts.front().gate.weight.data;  // a layer's experts, by their resident address
   auto it = expert_tables_.find(key);
   if (it == expert_tables_.end()) {
     const size_t e = experts.size();
     std::vector<const cuda::Bf16*> host(3 * e);
     for (size_t i = 0; i < e; ++i) {
-      host[i] = bf16_data(experts[i].gate, "moe");
-      host[e + i] = bf16_data(experts[i].up, "moe");
-      host[2 * e + i] = bf16_data(experts[i].down, "moe");
+      host[i] = bf16_data(experts[i].gate.weight, "moe");
+      host[e + i] = bf16_data(experts[i].up.weight, "moe");
+      host[2 * e + i] = bf16_data(experts[i].down.weight, "moe");
     }
     ExpertTable table{nullptr, static_cast<int>(e)};
     if (capturing_) fail(ErrorCategory::kInternal, "cuda: expert table built while recording a step");

@@ -521,10 +521,10 @@ TEST_F(CudaOpsTest, MixtureOfExperts) {
       const Tensor& g = weights[static_cast<size_t>(3 * e)].tensor;
       const Tensor& u = weights[static_cast<size_t>(3 * e + 1)].tensor;
       const Tensor& d = weights[static_cast<size_t>(3 * e + 2)].tensor;
-      cpu_experts.push_back({g, u, d});
-      gpu_experts.push_back({gpu_->resident(g), gpu_->resident(u), gpu_->resident(d)});
+      cpu_experts.push_back({Linear{g}, Linear{u}, Linear{d}});
+      gpu_experts.push_back({Linear{gpu_->resident(g)}, Linear{gpu_->resident(u)}, Linear{gpu_->resident(d)}});
     }
-    const Tensor& gpu_router = gpu_->resident(router.tensor);
+    const Linear gpu_router{gpu_->resident(router.tensor)};
     const auto run = [&](const float* dx, int64_t n, int64_t decode_rows, const MoeParams& params) {
       auto dout = poisoned(static_cast<size_t>(n * hidden));
       ctx_.decode_rows = decode_rows;
@@ -537,7 +537,7 @@ TEST_F(CudaOpsTest, MixtureOfExperts) {
       for (bool renorm : {true, false}) {
         MoeParams params{shape.top_k, renorm, Activation::kSilu};
         std::vector<float> ref(x.size(), NAN);
-        cpu_->moe(x.data(), n, hidden, router.tensor, cpu_experts, params, ref.data());
+        cpu_->moe(x.data(), n, hidden, Linear{router.tensor}, cpu_experts, params, ref.data());
         for (int64_t decode_rows : {int64_t{0}, n, n / 2}) {
           EXPECT_LE(rel_err(run(dx.data(), n, decode_rows, params), ref), 1e-4)
               << "hidden " << hidden << " n " << n << " decode rows " << decode_rows << " renormalize " << renorm;

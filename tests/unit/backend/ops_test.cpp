@@ -273,10 +273,11 @@ TEST_P(OpsTest, MixtureOfExperts) {
       downs.emplace_back(std::vector<int64_t>{hidden, inter}, 300 + e);
     }
     for (int e = 0; e < n_experts; ++e)
-      experts.push_back({gates[static_cast<size_t>(e)].tensor, ups[static_cast<size_t>(e)].tensor, downs[static_cast<size_t>(e)].tensor});
+      experts.push_back({Linear{gates[static_cast<size_t>(e)].tensor}, Linear{ups[static_cast<size_t>(e)].tensor},
+                         Linear{downs[static_cast<size_t>(e)].tensor}});
     auto x = random_vec(static_cast<size_t>(n * hidden), 11);
     std::vector<float> out(static_cast<size_t>(n * hidden), NAN);
-    backend_->moe(x.data(), n, hidden, router.tensor, experts, MoeParams{2, renormalize, Activation::kSilu}, out.data());
+    backend_->moe(x.data(), n, hidden, Linear{router.tensor}, experts, MoeParams{2, renormalize, Activation::kSilu}, out.data());
 
     std::vector<double> ref(out.size(), 0.0);
     for (int64_t t = 0; t < n; ++t) {
