@@ -37,13 +37,14 @@ namespace {
 class MatrixBytes {
  public:
   MatrixBytes(const ModelSpec& s, WeightStorage storage) : spec_(s), storage_(storage) {}
-  // expert: a MoE router or experts' stacked matrix (Backend::can_run_expert).
-  size_t operator()(const std::string& path, size_t elements, bool expert = false) const {
+  // in: its input width (a width its groups do not divide stays float, as convert and
+  // mlx-lm leave it); expert: a MoE router or experts' stacked matrix (Backend::can_run_expert).
+  size_t operator()(const std::string& path, size_t elements, int64_t in, bool expert = false) const {
     const QuantParams q = spec_.quant.for_module(path);
     const QuantMethod method = spec_.quant.method;
     const bool zero_point = method == QuantMethod::kAwq || method == QuantMethod::kGptq;
     // FP8 is widened at load; AWQ and GPTQ leave the embedding and the head in floats.
-    if (!q.quantized || !storage_.keeps(q.bits, expert) || method == QuantMethod::kFp8 ||
+    if (!q.quantized || in % q.group_size != 0 || !storage_.keeps(q.bits, expert) || method == QuantMethod::kFp8 ||
         (zero_point && (path == "model.embed_tokens" || path == "lm_head")))
       return elements * storage_.value_bytes;
     // Codes, then a scale and a bias per group: the checkpoint's float type (MLX), f32
@@ -75,20 +76,22 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, siz
     const LayerSpec& l = s.layers[i];
     const std::string layer = "model.layers." + std::to_string(i) + ".";
     // q, k, v (rows) and o (columns)
-    split += matrix(layer + "self_attn.q_proj", q * h) + matrix(layer + "self_attn.k_proj", kv * h) +
-             matrix(layer + "self_attn.v_proj", kv * h) + matrix(layer + "self_attn.o_proj", q * h);
+    const int64_t hidden = s.hidden_size;
+    split += matrix(layer + "self_attn.q_proj", q * h, hidden) + matrix(layer + "self_attn.k_proj", kv * h, hidden) +
+             matrix(layer + "self_attn.v_proj", kv * h, hidden) + matrix(layer + "self_attn.o_proj", q * h, s.q_size());
     if (l.moe) {
       moe_inter = std::max(moe_inter, s.expert_intermediate_size);
       // Experts at the bits config.json gives mlx-lm's stacked modules, the router its own.
       const std::string block = layer + std::string(arch_table(s.model_type, "config.json").moe_block) + ".";
       const size_t expert = static_cast<size_t>(s.n_experts) * static_cast<size_t>(s.expert_intermediate_size) * h;
-      for (const char* part : {"switch_mlp.gate_proj", "switch_mlp.up_proj", "switch_mlp.down_proj"})
-        split += matrix(block + part, expert, true);
-      replicated += matrix(block + "gate", static_cast<size_t>(s.n_experts) * h, true);
+      split += matrix(block + "switch_mlp.gate_proj", expert, hidden, true) +
+               matrix(block + "switch_mlp.up_proj", expert, hidden, true) +
+               matrix(block + "switch_mlp.down_proj", expert, s.expert_intermediate_size, true);
+      replicated += matrix(block + "gate", static_cast<size_t>(s.n_experts) * h, hidden, true);
     } else {
       const size_t inter = static_cast<size_t>(s.intermediate_size) / n * h;  // gate, up (rows) and down (columns)
-      split += matrix(layer + "mlp.gate_proj", inter) + matrix(layer + "mlp.up_proj", inter) +
-               matrix(layer + "mlp.down_proj", inter);
+      split += matrix(layer + "mlp.gate_proj", inter, hidden) + matrix(layer + "mlp.up_proj", inter, hidden) +
+               matrix(layer + "mlp.down_proj", inter, s.intermediate_size);
     }
     replicated += (s.sandwich_norms ? 4 : 2) * h * value;  // norms (per-head q/k norms, a few hundred values, not counted)
     const size_t layer_kv = 2 * kv * kv_value_bytes;
@@ -100,9 +103,9 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, siz
     }
   }
   const size_t vocab = static_cast<size_t>(s.vocab_size);
-  const size_t embed = matrix("model.embed_tokens", vocab * h);
-  const size_t head = s.tie_word_embeddings ? matrix("model.embed_tokens", (vocab + n - 1) / n * h)
-                                            : matrix("lm_head", (vocab + n - 1) / n * h);
+  const size_t embed = matrix("model.embed_tokens", vocab * h, s.hidden_size);
+  const size_t head = s.tie_word_embeddings ? matrix("model.embed_tokens", (vocab + n - 1) / n * h, s.hidden_size)
+                                            : matrix("lm_head", (vocab + n - 1) / n * h, s.hidden_size);
   replicated += h * value;  // the final norm
   // The LM head: its own rows per rank; tied to the embedding on one rank it is the same memory.
   const size_t head_bytes = s.tie_word_embeddings && ranks == 1 ? 0 : head;

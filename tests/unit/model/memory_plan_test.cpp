@@ -2,11 +2,13 @@
 // count and KV size, and the bytes of the tensors an actual shard holds.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 #include <utility>
 
 #include "model/memory_plan.h"
 #include "model/model.h"
+#include "model/quantize_checkpoint.h"
 #include "model/synthetic.h"
 #include "model/tensor_parallel.h"
 #include "util/error.h"
@@ -95,6 +97,36 @@ size_t held_bytes(const ModelWeights& w) {
     for (const Linear* p : {&l.q, &l.k, &l.v, &l.qkv, &l.o, &l.gate, &l.up, &l.gate_up, &l.down}) count(p->weight);
   }
   return total;
+}
+
+// A quantized MoE checkpoint (the Qwen3-MoE golden through convert -q: stacked experts at
+// 4 bits, routers at 8, expert down projections too narrow for the groups left bf16): the
+// plan counts what the checkpoint holds (but its per-head q/k norm vectors), and a backend
+// whose MoE kernels read bf16 (CUDA) the experts and routers widened.
+TEST(MemoryPlan, QuantizedExpertsCountAsTheBackendKeepsThem) {
+  const std::string dir = ::testing::TempDir() + "kettle-plan-moe-q4";
+  std::filesystem::remove_all(dir);
+  QuantizeOptions options;
+  options.bits = 4;
+  options.group_size = 32;
+  const QuantizeReport report =
+      quantize_checkpoint(std::string(KETTLE_TEST_DATA) + "/goldens/qwen3_moe/model", dir, options);
+  const Model model = load_model(dir);
+  size_t qk_norms = 0, widening = 0;
+  for (const LayerWeights& l : model.weights.layers) {
+    qk_norms += l.q_norm.nbytes() + l.k_norm.nbytes();
+    std::vector<const Linear*> read_as_bf16 = {&l.router};
+    for (const ExpertWeights& e : l.experts) read_as_bf16.insert(read_as_bf16.end(), {&e.gate, &e.up, &e.down});
+    for (const Linear* p : read_as_bf16)
+      if (p->scheme == WeightScheme::kAffine)
+        widening += static_cast<size_t>(p->out_features() * p->in_features()) * 2 - p->weight_bytes();
+  }
+  EXPECT_GT(widening, 0u);
+  const MemoryPlan packed = plan_memory(model.spec, 1, WeightStorage(2, true), 2);
+  EXPECT_EQ(packed.weight_bytes, report.bytes_out - qk_norms);
+  WeightStorage gpu = WeightStorage::packed(2, {4, 8});
+  EXPECT_EQ(plan_memory(model.spec, 1, gpu, 2).weight_bytes, packed.weight_bytes + widening);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MemoryPlan, ShardWeightsMatchTheTensorsAShardHolds) {
