@@ -99,18 +99,20 @@ void choose_mixed_bits(const ConvertFlags& f, const std::string& src, QuantizeOp
   s.fit = options.fit;
   s.threads = options.threads;
   s.device = f.device.device;
-  options.choose_bits = [&f, s, src](const WeightStore& store) {
-    check_target_bpw(store, s, f.target_bpw);
+  options.choose_bits = [&f, s, src](Model& model, const std::map<std::string, DType>& scale_types) {
+    SensitivityOptions o = s;
+    o.scale_types = scale_types;
+    const WeightStore& store = *model.store;
+    check_target_bpw(store, o, f.target_bpw);
     const std::vector<int32_t> tokens = calibration_tokens(src, f.calibration, f.n_calibration);
-    Model model = load_model(src);
     std::optional<ProgressBar> bar;
-    const auto measured = measure_sensitivity(model, tokens, s, [&](int64_t done, int64_t total) {
+    const auto measured = measure_sensitivity(model, tokens, o, [&](int64_t done, int64_t total) {
       if (f.json) return;
       if (!bar) bar.emplace("sensitivity", total);
       bar->update(done);
     });
     if (bar) bar->finish();
-    const BitsAllocation a = allocate_bits(store, measured, s, f.target_bpw);
+    const BitsAllocation a = allocate_bits(store, measured, o, f.target_bpw);
     log::info("mixed precision: {:.3f} bits per weight of the {} asked, from {} calibration tokens", a.bits_per_weight,
               f.target_bpw, tokens.size());
     return a.bits;
@@ -127,9 +129,6 @@ int run_convert(const ConvertFlags& f) {
       if (given) fail(ErrorCategory::kInvalidArgument, "{} applies to quantizing; add -q", flag);
   if (f.seed_given && !f.options.rotate)
     fail(ErrorCategory::kInvalidArgument, "--rotation-seed applies to --rotate-weights");
-  if (f.options.rotate && f.target_given)
-    fail(ErrorCategory::kUnsupported, "--rotate-weights with --target-bpw: mixed precision measures the unrotated "
-         "model; not supported together yet");
   if (f.json) log::set_level(log::Level::kQuiet);
   check_mixed_flags(f);
   QuantizeOptions options = f.options;

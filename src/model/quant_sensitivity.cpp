@@ -119,6 +119,11 @@ class Calibration {
   std::vector<std::vector<float>> baseline_;
 };
 
+DType scale_type(const SensitivityOptions& o, const std::string& name, DType own) {
+  const auto it = o.scale_types.find(name);
+  return it == o.scale_types.end() ? own : it->second;
+}
+
 }  // namespace
 
 std::vector<WeightSensitivity> measure_sensitivity(Model& model, const std::vector<int32_t>& tokens,
@@ -131,7 +136,7 @@ std::vector<WeightSensitivity> measure_sensitivity(Model& model, const std::vect
   for (const std::string& name : model.store->names()) {
     const Tensor w = model.store->get(name);
     if (quantizable(name, w, o.group_size))
-      out.push_back({name, w.numel(), w.dtype, std::vector<double>(o.candidate_bits.size(), 0.0)});
+      out.push_back({name, w.numel(), scale_type(o, name, w.dtype), std::vector<double>(o.candidate_bits.size(), 0.0)});
   }
   const int64_t total = static_cast<int64_t>(out.size() * o.candidate_bits.size());
   int64_t done = 0;
@@ -164,7 +169,8 @@ void check_target_bpw(const WeightStore& store, const SensitivityOptions& o, dou
     const Tensor t = store.get(name);
     parameters += static_cast<double>(t.numel());
     bits += quantizable(name, t, o.group_size)
-                ? static_cast<double>(t.numel()) * affine_bits_per_weight(o.candidate_bits[0], o.group_size, t.dtype)
+                ? static_cast<double>(t.numel()) *
+                      affine_bits_per_weight(o.candidate_bits[0], o.group_size, scale_type(o, name, t.dtype))
                 : static_cast<double>(t.nbytes()) * 8.0;
   }
   if (target_bpw < bits / parameters * (1.0 - 1e-12))

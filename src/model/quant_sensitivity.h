@@ -31,6 +31,9 @@ struct SensitivityOptions {
   // Where the calibration forwards run (make_backend's names): a fresh backend per run, so
   // a GPU holds one candidate's weights at a time.
   std::string device = "cpu";
+  // The type a weight's scales and biases will be written in, where not the tensor's own
+  // (a rotated weight, held in f32, is written with its source's).
+  std::map<std::string, DType> scale_types;
 };
 
 struct WeightSensitivity {

@@ -291,6 +291,31 @@ void check_source(const std::string& src, const ModelSpec& spec, const WeightSto
            "checkpoint", src, name);
 }
 
+// The float model convert quantizes, as a Model to run: the source's tensors, those a
+// rotation changes (or adds) replaced by their rotated values in f32 — the whole rotated
+// model in memory — and their scales' type (the source's) in scale_types.
+Model float_source(const std::string& src, const ModelSpec& spec, const WeightStore& store,
+                   const WeightRotation* rotation, int threads, std::map<std::string, DType>& scale_types) {
+  Model m;
+  m.source = src;
+  m.spec = spec;
+  m.store = std::make_shared<WeightStore>(store);
+  if (rotation != nullptr) {
+    if (rotation->unties_embeddings()) m.spec.tie_word_embeddings = false;
+    ThreadPool pool(threads > 0 ? threads : ThreadPool::default_threads());
+    std::vector<std::string> names = store.names();
+    names.insert(names.end(), rotation->added().begin(), rotation->added().end());
+    for (const std::string& name : names) {
+      if (!rotation->changes(name)) continue;
+      auto values = std::make_shared<std::vector<float>>(rotation->values(name, pool));
+      m.store->add_owned(name, Tensor{values->data(), DType::kF32, rotation->shape(name)}, values);
+      scale_types[name] = rotation->source_dtype(name);
+    }
+  }
+  m.weights = bind_weights(m.spec, *m.store);
+  return m;
+}
+
 void check_options(const QuantizeOptions& o) {
   if (!affine_bits_supported(o.bits))
     fail(ErrorCategory::kInvalidArgument, "--q-bits {}: affine quantization takes 2, 3, 4, 5, 6 or 8 bits", o.bits);
@@ -348,14 +373,16 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
   // routing compares their logits, and they are a sliver of the model's bytes.
   for (const std::string& router : stacking.routers())
     if (o.bits < 8 && o.tensor_bits.count(router) == 0) o.tensor_bits[router] = 8;
+  std::optional<WeightRotation> rotation;
+  if (o.rotate) rotation.emplace(spec, store, o.rotation_seed);
   if (o.choose_bits) {
-    o.tensor_bits = o.choose_bits(store);
+    std::map<std::string, DType> scale_types;
+    Model source = float_source(src, spec, store, rotation ? &*rotation : nullptr, o.threads, scale_types);
+    o.tensor_bits = o.choose_bits(source, scale_types);
     check_options(o);
     o.bits = most_common_bits(o.tensor_bits, o.bits);
   }
 
-  std::optional<WeightRotation> rotation;
-  if (o.rotate) rotation.emplace(spec, store, o.rotation_seed);
   SourceTensors sources(store, stacking, rotation ? &*rotation : nullptr);
 
   std::vector<OutTensor> outputs = plan_outputs(sources, o);

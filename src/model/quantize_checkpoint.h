@@ -6,7 +6,8 @@
 // (source pages are let go as they are used), so memory stays near one tensor's
 // scales; written into a temporary folder beside DST and renamed at the end, so
 // a failure leaves nothing at DST. Mixed precision: per-tensor bits (chosen by
-// model/quant_sensitivity.h), written as mlx-lm's per-module overrides. Rotation:
+// model/quant_sensitivity.h, measured on the rotated model when rotating), written as
+// mlx-lm's per-module overrides. Rotation:
 // the weights a residual-stream rotation changes (model/rotate_weights.h) are read
 // rotated, as f32, and written so when not quantized.
 #pragma once
@@ -17,6 +18,7 @@
 #include <map>
 #include <string>
 
+#include "model/model.h"
 #include "model/weight_store.h"
 #include "tensor/affine_quant.h"
 #include "util/thread_pool.h"
@@ -33,9 +35,13 @@ struct QuantizeOptions {
   AffineFit fit = AffineFit::kLeastSquares;  // kMlx: mlx-lm's own codes, bit for bit
   size_t max_shard_bytes = size_t{5} << 30;  // as mlx-lm shards
   int threads = 0;                            // rows quantized in parallel; 0: every core
-  // Mixed precision: called once the source is checked, returns tensor_bits (the most
-  // common width then becomes `bits`, the default config.json names).
-  std::function<std::map<std::string, int>(const WeightStore&)> choose_bits;
+  // Mixed precision: called once the source is checked, with the float model convert will
+  // quantize (rotated when `rotate`: its store then holds the rotated tensors as f32) and
+  // the type each weight's scales will be written in where it is not the tensor's own
+  // (rotated weights: their source's); returns tensor_bits (the most common width then
+  // becomes `bits`, the default config.json names).
+  std::function<std::map<std::string, int>(Model& source, const std::map<std::string, DType>& scale_types)>
+      choose_bits;
 
   int bits_for(const std::string& tensor) const {
     auto it = tensor_bits.find(tensor);

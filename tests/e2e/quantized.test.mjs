@@ -97,6 +97,22 @@ test('rotated weights: the float model unchanged, 4-bit within 4 % of bf16', () 
   }
 });
 
+// Both: bits chosen on the rotated model (its weights as convert quantizes them), within the
+// budget of uniform rotated 4-bit, scoring better than it.
+test('mixed precision on rotated weights: within the rotated 4-bit budget, lower held-out perplexity', () => {
+  const uniform = convertWith('rq4', ['-q', '--q-bits', '4', '--q-group-size', '64', '--rotate-weights', '--rotation-seed', '5']);
+  const target = uniform.report.bits_per_weight;
+  const mixed = convertWith('rmixed', ['-q', '--q-group-size', '64', '--target-bpw', String(target), '--candidate-bits',
+    '3,4,6,8', '--calibration', calibration, '--n-calibration', '512', '--threads', '2', '--rotate-weights',
+    '--rotation-seed', '5']);
+  assert.ok(Object.keys(mixed.report.weights_at_bits).length >= 2, JSON.stringify(mixed.report.weights_at_bits));
+  assert.ok(mixed.report.bits_per_weight <= target + 1e-9, `${mixed.report.bits_per_weight} > ${target}`);
+  const mixedPpl = perplexity(mixed.folder), uniformPpl = perplexity(uniform.folder);
+  console.log(`# rotated + mixed ${JSON.stringify(mixed.report.weights_at_bits)} at ${mixed.report.bits_per_weight.toFixed(4)} ` +
+    `bpw: perplexity ${mixedPpl.toFixed(4)}; rotated uniform 4-bit at ${target.toFixed(4)} bpw: ${uniformPpl.toFixed(4)}`);
+  assert.ok(mixedPpl < uniformPpl, `${mixedPpl} vs ${uniformPpl}`);
+});
+
 test('a 4-bit model served: /v1/models reports it, the openai client chats with it', async () => {
   const folder = join(work, 'served');
   execFileSync(kettle, ['convert', model, folder, '-q', '--q-bits', '4', '--q-group-size', '32'], { encoding: 'utf8' });
