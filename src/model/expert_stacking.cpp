@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "model/arch/arch_table.h"
+#include "model/weights.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -18,8 +19,7 @@ int64_t matrix_rows(const Tensor& t) { return t.numel() / t.dim(t.rank() - 1); }
 ExpertStacking::ExpertStacking(const ModelSpec& spec, const WeightStore& store) {
   if (spec.n_experts == 0) return;
   const ArchTable& arch = arch_table(spec.model_type, store.folder());
-  const std::string prefix =
-      store.contains("embed_tokens.weight") && !store.contains("model.embed_tokens.weight") ? "" : "model.";
+  const std::string prefix = decoder_prefix(store);
   const int64_t n = spec.n_experts, inter = spec.expert_intermediate_size, h = spec.hidden_size;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     if (!spec.layers[i].moe) continue;

@@ -72,6 +72,7 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, siz
   const size_t q = static_cast<size_t>(s.q_size()) / n, kv = static_cast<size_t>(s.kv_size()) / n;
   size_t split = 0, replicated = 0;  // bytes per rank
   int64_t moe_inter = 0;
+  const std::string moe_block = s.n_experts > 0 ? std::string(arch_table(s.model_type, "config.json").moe_block) : "";
   for (size_t i = 0; i < s.layers.size(); ++i) {
     const LayerSpec& l = s.layers[i];
     const std::string layer = "model.layers." + std::to_string(i) + ".";
@@ -82,7 +83,7 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, siz
     if (l.moe) {
       moe_inter = std::max(moe_inter, s.expert_intermediate_size);
       // Experts at the bits config.json gives mlx-lm's stacked modules, the router its own.
-      const std::string block = layer + std::string(arch_table(s.model_type, "config.json").moe_block) + ".";
+      const std::string block = layer + moe_block + ".";
       const size_t expert = static_cast<size_t>(s.n_experts) * static_cast<size_t>(s.expert_intermediate_size) * h;
       split += matrix(block + "switch_mlp.gate_proj", expert, hidden, true) +
                matrix(block + "switch_mlp.up_proj", expert, hidden, true) +

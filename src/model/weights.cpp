@@ -13,24 +13,19 @@
 namespace kettle {
 namespace {
 
-// The module at `path` ("model.layers.0.self_attn.q_proj", "lm_head") as a Linear [out, in]:
-// dense (path.weight); affine when the checkpoint holds path.scales (as MLX decides), its
-// bits and group size from config.json and every part's shape checked against them; AWQ
-// or GPTQ (path.qweight) repacked into the affine layout; FP8 widened to bf16.
-Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out,
-                   int64_t in) {
-  Linear l;
-  if (store.contains(path + ".qweight")) {
-    if (quant.method != QuantMethod::kAwq && quant.method != QuantMethod::kGptq)
-      fail(ErrorCategory::kInvalidData, "{}: tensor '{}.qweight' is an AWQ or GPTQ weight's, but config.json's "
-           "quantization_config names neither", store.folder(), path);
-    return repack_zero_point(store, quant, path, out, in);
-  }
-  if (quant.method == QuantMethod::kFp8 && is_fp8_weight(store, path)) return widen_fp8(store, quant, path, out, in);
-  if (!store.contains(path + ".scales")) {
-    l.weight = store.get(path + ".weight", {out, in});
-    return l;
-  }
+// Expert e of a stacked [n_experts, rows, cols] tensor, as a [rows, cols] view.
+Tensor expert_slice(const Tensor& stacked, int64_t e) {
+  Tensor view = stacked;
+  view.shape = {stacked.dim(1), stacked.dim(2)};
+  view.data = static_cast<const uint8_t*>(stacked.data) + static_cast<size_t>(e) * view.nbytes();
+  return view;
+}
+
+// The MLX affine module at `path` (path.scales present): its bits and group size from
+// config.json, codes, scales and biases each of shape lead + [out, …] checked against
+// them; lead is {} for one module, {n} for n stacked experts.
+Linear bind_affine(const WeightStore& store, const QuantConfig& quant, const std::string& path,
+                   std::vector<int64_t> lead, int64_t out, int64_t in) {
   const QuantParams p = quant.for_module(path);
   if (quant.method != QuantMethod::kMlxAffine)
     fail(ErrorCategory::kInvalidData, "{}: tensor '{}.scales' is an MLX quantized weight's, but config.json has no "
@@ -41,15 +36,39 @@ Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std
   if (in % p.group_size != 0 || (in * p.bits) % 32 != 0)
     fail(ErrorCategory::kInvalidData, "{}: '{}' has {} inputs, not a multiple of its group size {}", store.folder(),
          path, in, p.group_size);
+  const auto shape = [&](int64_t last) {
+    std::vector<int64_t> s = lead;
+    s.insert(s.end(), {out, last});
+    return s;
+  };
+  Linear l;
   l.scheme = WeightScheme::kAffine;
   l.affine.bits = p.bits;
   l.affine.group_size = p.group_size;
-  l.weight = store.get_codes(path + ".weight", {out, in * p.bits / 32});
-  l.affine.scales = store.get(path + ".scales", {out, in / p.group_size});
-  l.affine.biases = store.get(path + ".biases", {out, in / p.group_size});
+  l.weight = store.get_codes(path + ".weight", shape(in * p.bits / 32));
+  l.affine.scales = store.get(path + ".scales", shape(in / p.group_size));
+  l.affine.biases = store.get(path + ".biases", shape(in / p.group_size));
   if (l.affine.biases.dtype != l.affine.scales.dtype)
     fail(ErrorCategory::kInvalidData, "{}: '{}.biases' is {} but its scales are {}", store.folder(), path,
          dtype_name(l.affine.biases.dtype), dtype_name(l.affine.scales.dtype));
+  return l;
+}
+
+// The module at `path` ("model.layers.0.self_attn.q_proj", "lm_head") as a Linear [out, in]:
+// dense (path.weight); affine when the checkpoint holds path.scales (as MLX decides); AWQ
+// or GPTQ (path.qweight) repacked into the affine layout; FP8 widened to bf16.
+Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out,
+                   int64_t in) {
+  if (store.contains(path + ".qweight")) {
+    if (quant.method != QuantMethod::kAwq && quant.method != QuantMethod::kGptq)
+      fail(ErrorCategory::kInvalidData, "{}: tensor '{}.qweight' is an AWQ or GPTQ weight's, but config.json's "
+           "quantization_config names neither", store.folder(), path);
+    return repack_zero_point(store, quant, path, out, in);
+  }
+  if (quant.method == QuantMethod::kFp8 && is_fp8_weight(store, path)) return widen_fp8(store, quant, path, out, in);
+  if (store.contains(path + ".scales")) return bind_affine(store, quant, path, {}, out, in);
+  Linear l;
+  l.weight = store.get(path + ".weight", {out, in});
   return l;
 }
 
@@ -77,10 +96,13 @@ class Binder {
   // A projection without its bias (routers and experts: their kernels add none; a bias
   // the checkpoint holds is refused by name rather than left out).
   Linear unbiased(const std::string& name, int64_t out, int64_t in) const {
+    refuse_bias(name);
+    return bind_linear(store_, quant_, prefix_ + name, out, in);
+  }
+  void refuse_bias(const std::string& name) const {
     if (has(name + ".bias"))
       fail(ErrorCategory::kUnsupported, "{}: '{}{}.bias': biased routers and experts are not supported",
            store_.folder(), prefix_, name);
-    return bind_linear(store_, quant_, prefix_ + name, out, in);
   }
   // A stacked [n, out, in] projection (MLX's switch_mlp; dense, or affine with stacked
   // scales and biases) as n Linears over its slices.
@@ -92,45 +114,23 @@ class Binder {
   std::string prefix_;
 };
 
-// Expert e of a stacked [n_experts, rows, cols] tensor, as a [rows, cols] view.
-Tensor expert_slice(const Tensor& stacked, int64_t e) {
-  Tensor view = stacked;
-  view.shape = {stacked.dim(1), stacked.dim(2)};
-  view.data = static_cast<const uint8_t*>(stacked.data) + static_cast<size_t>(e) * view.nbytes();
-  return view;
-}
-
 std::vector<Linear> Binder::stacked(const std::string& name, int64_t n, int64_t out, int64_t in) const {
-  if (has(name + ".bias"))
-    fail(ErrorCategory::kUnsupported, "{}: '{}{}.bias': biased experts are not supported", store_.folder(), prefix_,
-         name);
+  refuse_bias(name);
   std::vector<Linear> experts(static_cast<size_t>(n));
   if (!has(name + ".scales")) {
     const Tensor w = need(name + ".weight", {n, out, in});
     for (int64_t e = 0; e < n; ++e) experts[static_cast<size_t>(e)].weight = expert_slice(w, e);
     return experts;
   }
-  // The affine parts as one [out, in] module each: bits and group size from config.json
-  // (the stacked module's own entry, mlx-lm's per-module override, when it has one).
-  const std::string path = prefix_ + name;
-  const QuantParams p = quant_.for_module(path);
-  if (quant_.method != QuantMethod::kMlxAffine || !p.quantized)
-    fail(ErrorCategory::kInvalidData, "{}: '{}.scales' holds MLX quantized experts, but config.json's 'quantization' "
-         "does not quantize '{}'", store_.folder(), path, path);
-  if (in % p.group_size != 0 || (in * p.bits) % 32 != 0)
-    fail(ErrorCategory::kInvalidData, "{}: '{}' has {} inputs, not a multiple of its group size {}", store_.folder(),
-         path, in, p.group_size);
-  const Tensor codes = store_.get_codes(path + ".weight", {n, out, in * p.bits / 32});
-  const Tensor scales = store_.get(path + ".scales", {n, out, in / p.group_size});
-  const Tensor biases = store_.get(path + ".biases", {n, out, in / p.group_size});
-  if (biases.dtype != scales.dtype)
-    fail(ErrorCategory::kInvalidData, "{}: '{}.biases' is {} but its scales are {}", store_.folder(), path,
-         dtype_name(biases.dtype), dtype_name(scales.dtype));
+  // One affine module per expert over the stacked parts (bits and group size: the stacked
+  // module's own, mlx-lm's per-module override, when config.json has one).
+  const Linear all = bind_affine(store_, quant_, prefix_ + name, {n}, out, in);
   for (int64_t e = 0; e < n; ++e) {
     Linear& l = experts[static_cast<size_t>(e)];
     l.scheme = WeightScheme::kAffine;
-    l.weight = expert_slice(codes, e);
-    l.affine = {expert_slice(scales, e), expert_slice(biases, e), p.bits, p.group_size};
+    l.weight = expert_slice(all.weight, e);
+    l.affine = {expert_slice(all.affine.scales, e), expert_slice(all.affine.biases, e), all.affine.bits,
+                all.affine.group_size};
   }
   return experts;
 }
@@ -200,12 +200,13 @@ void bind_experts(const ModelSpec& s, const ArchTable& arch, const Binder& b, La
 
 }  // namespace
 
+std::string decoder_prefix(const WeightStore& store) {
+  return store.contains("embed_tokens.weight") && !store.contains("model.embed_tokens.weight") ? "" : "model.";
+}
+
 ModelWeights bind_weights(const ModelSpec& s, const WeightStore& store) {
   const ArchTable& arch = arch_table(s.model_type, store.folder());
-  // A causal-LM checkpoint names its decoder "model.*"; a base model (an embedding model
-  // saved by sentence-transformers, Qwen3-Embedding) names it at the top level.
-  const std::string prefix =
-      store.contains("embed_tokens.weight") && !store.contains("model.embed_tokens.weight") ? "" : "model.";
+  const std::string prefix = decoder_prefix(store);
   ModelWeights w;
   w.embed = bind_linear(store, s.quant, prefix + "embed_tokens", s.vocab_size, s.hidden_size);
   w.final_norm = store.get(prefix + "norm.weight", {s.hidden_size});

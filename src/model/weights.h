@@ -5,6 +5,7 @@
 // checkpoint has no such tensor.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,6 +37,11 @@ struct ModelWeights {
   Linear lm_head;     // [vocab, hidden] (the embedding when tied)
   std::vector<LayerWeights> layers;
 };
+
+// Where the checkpoint's decoder tensors sit: "model." for a causal LM; "" for a base model
+// (an embedding model saved by sentence-transformers, Qwen3-Embedding) that names them at
+// the top level.
+std::string decoder_prefix(const WeightStore& store);
 
 // Binds and shape-checks every tensor the spec needs; errors name the tensor.
 ModelWeights bind_weights(const ModelSpec& spec, const WeightStore& store);

@@ -118,8 +118,7 @@ class CpuBackend final : public Backend {
     for (int i = 0; i < count; ++i) {
       const Linear& l = *outs[i].linear;
       if (l.adapter != nullptr) fail(ErrorCategory::kUnsupported, "cpu {}: adapters do not run here yet", op);
-      const AffineScales* affine = l.scheme == WeightScheme::kAffine ? &l.affine : nullptr;
-      targets_.push_back({&l.weight, l.bias.empty() ? nullptr : &l.bias, outs[i].out, outs[i].ldo, affine});
+      targets_.push_back(matmul_target(l, outs[i].out, outs[i].ldo));
     }
     return targets_;
   }

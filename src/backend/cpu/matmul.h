@@ -23,6 +23,12 @@ struct MatmulTarget {
   const AffineScales* affine = nullptr;
 };
 
+// out (row stride ldo) = x · lᵀ (+ its bias) for a dense or affine Linear.
+inline MatmulTarget matmul_target(const Linear& l, float* out, int64_t ldo) {
+  return {&l.weight, l.bias.empty() ? nullptr : &l.bias, out, ldo,
+          l.scheme == WeightScheme::kAffine ? &l.affine : nullptr};
+}
+
 // Who computes a matmul: one of the register-tiled kernels, or OpenBLAS sgemm
 // on weight panels widened to f32. kAvx512Bf16: 4-bit affine weights through
 // BF16 dot products (x as bf16 hi + lo: sums within the last bits of the dense

@@ -46,19 +46,13 @@ std::vector<Route> route_tokens(const float* logits, int64_t n, int n_experts, c
   return routes;
 }
 
-// out (row stride ldo) = x · lᵀ for a dense or affine Linear.
-MatmulTarget target(const Linear& l, float* out, int64_t ldo) {
-  return {&l.weight, l.bias.empty() ? nullptr : &l.bias, out, ldo,
-          l.scheme == WeightScheme::kAffine ? &l.affine : nullptr};
-}
-
 }  // namespace
 
 void moe(ThreadPool& pool, const float* x, int64_t n, int64_t hidden, const Linear& router,
          const std::vector<ExpertWeights>& experts, const MoeParams& params, float* out) {
   const int n_experts = static_cast<int>(router.out_features());
   HostBuffer<float> logits(static_cast<size_t>(n * n_experts));  // [n, n_experts]
-  const MatmulTarget route = target(router, logits.data(), n_experts);
+  const MatmulTarget route = matmul_target(router, logits.data(), n_experts);
   cpu_matmul_many(pool, x, n, hidden, &route, 1);
   std::vector<Route> routes = route_tokens(logits.data(), n, n_experts, params);
 
@@ -75,11 +69,12 @@ void moe(ThreadPool& pool, const float* x, int64_t n, int64_t hidden, const Line
     y.resize(static_cast<size_t>(m * hidden));             // [m, hidden]
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(x + route.tokens[static_cast<size_t>(i)] * hidden, hidden, xs.data() + i * hidden);
-    const MatmulTarget both[] = {target(ex.gate, gate_up.data(), 2 * inter), target(ex.up, gate_up.data() + inter, 2 * inter)};
+    const MatmulTarget both[] = {matmul_target(ex.gate, gate_up.data(), 2 * inter),
+                                 matmul_target(ex.up, gate_up.data() + inter, 2 * inter)};
     cpu_matmul_many(pool, xs.data(), m, hidden, both, 2);
     gated_activation(pool, gate_up.data(), gate_up.data() + inter, m, inter, 2 * inter, params.act,
                      gate_up.data(), 2 * inter);
-    const MatmulTarget down = target(ex.down, y.data(), hidden);
+    const MatmulTarget down = matmul_target(ex.down, y.data(), hidden);
     cpu_matmul_many(pool, gate_up.data(), m, 2 * inter, &down, 1);
     for (int64_t i = 0; i < m; ++i) {
       float w = route.weights[static_cast<size_t>(i)];
