@@ -74,10 +74,14 @@ class SourceTensors {
   DType stored_type(const std::string& name) const {
     return rotated(name) ? rotation_->source_dtype(name) : meta(name).dtype;
   }
+  // The rotated tensors already computed (mixed precision measured the rotated model): read
+  // from there instead of rotating again.
+  void reuse_rotated(const WeightStore* rotated) { rotated_ = rotated; }
   // Valid until the next get; a rotation runs across `pool`.
   Tensor get(const std::string& name, ThreadPool& pool) {
     if (stacked(name)) return stacking_.gather(name, store_, gathered_);
     if (!rotated(name)) return store_.get(name);
+    if (rotated_ != nullptr) return rotated_->get(name);
     values_ = rotation_->values(name, pool);
     return Tensor{values_.data(), DType::kF32, rotation_->shape(name)};
   }
@@ -88,6 +92,7 @@ class SourceTensors {
   const WeightStore& store_;
   const ExpertStacking& stacking_;
   const WeightRotation* rotation_;
+  const WeightStore* rotated_ = nullptr;
   std::vector<std::string> names_;
   std::vector<float> values_;
   std::vector<uint8_t> gathered_;
@@ -375,15 +380,17 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
     if (o.bits < 8 && o.tensor_bits.count(router) == 0) o.tensor_bits[router] = 8;
   std::optional<WeightRotation> rotation;
   if (o.rotate) rotation.emplace(spec, store, o.rotation_seed);
+  std::optional<Model> source;  // the float model mixed precision measured (kept: its rotated tensors)
   if (o.choose_bits) {
     std::map<std::string, DType> scale_types;
-    Model source = float_source(src, spec, store, rotation ? &*rotation : nullptr, o.threads, scale_types);
-    o.tensor_bits = o.choose_bits(source, scale_types);
+    source = float_source(src, spec, store, rotation ? &*rotation : nullptr, o.threads, scale_types);
+    o.tensor_bits = o.choose_bits(*source, scale_types);
     check_options(o);
     o.bits = most_common_bits(o.tensor_bits, o.bits);
   }
 
   SourceTensors sources(store, stacking, rotation ? &*rotation : nullptr);
+  if (source && rotation) sources.reuse_rotated(source->store.get());
 
   std::vector<OutTensor> outputs = plan_outputs(sources, o);
   const int shards = assign_shards(outputs, o.max_shard_bytes);
