@@ -289,7 +289,9 @@ void split_x_bf16(const float* x, int64_t n, int64_t ldx, int64_t k, Bf16SplitX&
     for (int64_t j = 0; j < k; ++j) {
       const float v = x[c * ldx + j];
       const uint16_t hi = f32_to_bf16(v), lo = f32_to_bf16(v - bf16_to_f32(hi));
-      const size_t at = static_cast<size_t>(c * k + j);
+      // Per block of 64 (or a last one of 32): the even elements, then the odd ones.
+      const int64_t block = j / 64 * 64, width = std::min<int64_t>(64, k - block), within = j - block;
+      const size_t at = static_cast<size_t>(c * k + block + (within % 2) * (width / 2) + within / 2);
       out.hi[at] = hi;
       out.lo[at] = lo;
       out.sums[static_cast<size_t>(c * (k / 32) + j / 32)] += bf16_to_f32(hi) + bf16_to_f32(lo);

@@ -15,9 +15,10 @@ namespace kettle {
 
 // x's rows as the AVX-512 BF16 kernel for 4-bit affine weights reads them (made once per
 // matmul by split_x_bf16): bf16 parts hi = bf16(x) and lo = bf16(x − hi), and Σ (hi + lo)
-// per 32 elements.
+// per 32 elements. The parts are in the kernel's order: per block of 64 elements (or a
+// last one of 32), its even elements, then its odd ones.
 struct Bf16SplitX {
-  std::vector<uint16_t> hi, lo;  // [n, k]
+  std::vector<uint16_t> hi, lo;  // [n, k], blocks reordered
   std::vector<float> sums;       // [n, k / 32]
   int64_t k = 0;
   // Σ (hi + lo) over elements [begin, begin + count) of token row c (multiples of 32), in order.

@@ -236,8 +236,11 @@ TEST(AffineMatmul, Bf16KernelIsTheDenseMatmulToTheLastBitsAndBatchInvariant) {
   std::mt19937 rng(13);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int bits : {4, 8}) {
-    for (int group : {32, 64, 128}) {
-      const int64_t m = 44, k = 640, n = 19;  // m: tiles of 4 rows and a remainder; groups: 16 a vector, and more
+    for (int group : {32, 64, 128, 0}) {
+      // m: tiles of 4 rows and a remainder; groups: 16 a vector, and more. group 0: groups
+      // of 32 with k an odd multiple of 32 (the kernel's last block of 64 is half full).
+      const int64_t m = 44, k = group == 0 ? 608 : 640, n = 19;
+      if (group == 0) group = 32;
       AffineWeight a = make_affine(m, k, bits, group, rng);
       const Tensor dense{a.dense.data(), DType::kF32, {m, k}};
       std::vector<float> bias(static_cast<size_t>(m));
@@ -256,7 +259,7 @@ TEST(AffineMatmul, Bf16KernelIsTheDenseMatmulToTheLastBitsAndBatchInvariant) {
       std::vector<float> want(static_cast<size_t>(n * m));
       cpu_matmul_on(MatmulPath::kAvx512, pool, x.data(), n, k, dense, &bias_t, want.data(), m);
       const std::vector<float> all = run(x.data(), n, 2);
-      const std::string label = std::to_string(bits) + "-bit, groups of " + std::to_string(group);
+      const std::string label = std::to_string(bits) + "-bit, groups of " + std::to_string(group) + ", k " + std::to_string(k);
       if (bits != 4) {
         EXPECT_EQ(all, want) << label;
         continue;
