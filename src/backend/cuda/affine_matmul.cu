@@ -43,10 +43,17 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// (a & b) | c in one instruction.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // Fragment registers of one MMA step: bf16 pairs 128 + q from nibbles (j, j + 4) of w.
 __device__ __forceinline__ void nibble_fragment(uint32_t w, uint32_t (&a)[4]) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) a[j] = ((w >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+  for (int j = 0; j < 4; ++j) a[j] = and_or(w >> (4 * j), 0x000F000Fu, 0x43004300u);
 }
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int s) {
@@ -203,7 +210,7 @@ __global__ void __launch_bounds__(kPackThreads)
 
 // A scale or bias pair (rows g and g + 8 of a 16-row block; i even) in f32.
 template <int S>
-__device__ __forceinline__ float2 scale_pair(const void* base, int64_t i) {
+__device__ __forceinline__ float2 scale_pair(const void* base, int i) {
   if constexpr (S == kAffineScaleF32) {
     return __ldg(reinterpret_cast<const float2*>(static_cast<const float*>(base) + i));
   } else {
@@ -220,15 +227,16 @@ constexpr int kMmaMinBlocks = 3;
 // Per block: RT row tiles (one target's tile, or gate's and up's for the gated form) over
 // all of k; the block's warps take contiguous shares of k (whole groups), and their sums
 // are added in warp order. Tiles of a share go D at a time: all their loads are issued,
-// then consumed. S: the scales' type.
-template <int Bits, int RT, bool Gated, int S>
+// then consumed. S: the scales' type; G: the group size (p.group_size), a constant so that
+// where a group ends is known without a division.
+template <int Bits, int RT, bool Gated, int S, int G>
 __global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
     affine_mma_kernel(AffineBatch p, const uint4* __restrict__ xp, const float* __restrict__ xsum) {
   constexpr int Planes = Bits / 4, D = 4 / Planes / RT > 1 ? 4 / Planes / RT : 1;
   constexpr int kScaleBytes = S == kAffineScaleF32 ? 4 : 2;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t k = p.k;
-  const int ktiles = static_cast<int>(k / kTileK), groups = static_cast<int>(k / p.group_size);
+  const int ktiles = static_cast<int>(k / kTileK), groups = static_cast<int>(k / G);
   const AffineTarget* target[RT];
   int tile[RT];
   if constexpr (Gated) {
@@ -246,10 +254,18 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
                 (static_cast<int64_t>(tile[rt]) * ktiles * kTileLanes + lane) * Planes;
     scale0[rt] = static_cast<int64_t>(tile[rt]) * groups * kTileRows + 2 * g;
   }
+  // This lane's scale and bias pairs in group 0 of its block (group gi: gi · 16 on).
+  const void* scales[RT];
+  const void* biases[RT];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {
+    scales[rt] = static_cast<const char*>(target[rt]->w.scales) + scale0[rt] * kScaleBytes;
+    biases[rt] = static_cast<const char*>(target[rt]->w.biases) + scale0[rt] * kScaleBytes;
+  }
   // This warp's share: whole units (a group, or a tile when groups are smaller).
-  const int unit = p.group_size > kTileK ? p.group_size / kTileK : 1, units = ktiles / unit;
+  constexpr int unit = G > kTileK ? G / kTileK : 1, steps_per_group = G / 16;
+  const int units = ktiles / unit;
   const int kt0 = warp * units / kAffineWarps * unit, kt1 = (warp + 1) * units / kAffineWarps * unit;
-  const int steps_per_group = p.group_size / 16;
   const bool has_x = g < p.columns;
   const float offset = Bits == 4 ? 128.0f : 128.0f * 17.0f;
 
@@ -270,8 +286,7 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
   // The share's scales and biases into L1 while the codes come (they are read at each
   // group's end, a dependent load per group otherwise): one contiguous run per block,
   // lanes 0-15 over the scales' lines and 16-31 over the biases'.
-  const int g0 = static_cast<int>(static_cast<int64_t>(kt0) * kTileK / p.group_size);
-  const int g1 = static_cast<int>((static_cast<int64_t>(kt1) * kTileK + p.group_size - 1) / p.group_size);
+  const int g0 = kt0 * kTileK / G, g1 = (kt1 * kTileK + G - 1) / G;
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt) {
     const auto* base = static_cast<const char*>(lane < 16 ? target[rt]->w.scales : target[rt]->w.biases);
@@ -321,8 +336,7 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
           const float2 xs = __ldg(reinterpret_cast<const float2*>(xsum + gi * kColumns + 2 * t));
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt) {
-            const int64_t at = scale0[rt] + static_cast<int64_t>(gi) * kTileRows;
-            const float2 sc = scale_pair<S>(target[rt]->w.scales, at), bs = scale_pair<S>(target[rt]->w.biases, at);
+            const float2 sc = scale_pair<S>(scales[rt], gi * kTileRows), bs = scale_pair<S>(biases[rt], gi * kTileRows);
             const float s2[2] = {sc.x, sc.y}, b2[2] = {fmaf(-offset, sc.x, bs.x), fmaf(-offset, sc.y, bs.y)};
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -377,19 +391,29 @@ __global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
   }
 }
 
-template <int Bits, int RT, bool Gated, int S>
+template <int Bits, int RT, bool Gated, int S, int G>
 void launch_mma(const AffineBatch& batch, unsigned blocks, const Bf16* xp, const float* xsum, cudaStream_t stream) {
-  launch(affine_mma_kernel<Bits, RT, Gated, S>, blocks, kAffineWarps * kWarp, 0, stream, batch,
+  launch(affine_mma_kernel<Bits, RT, Gated, S, G>, blocks, kAffineWarps * kWarp, 0, stream, batch,
          reinterpret_cast<const uint4*>(xp), xsum);
+}
+
+// The group size.
+template <int Bits, int RT, bool Gated, int S>
+void launch_grouped(const AffineBatch& batch, unsigned blocks, const Bf16* xp, const float* xsum, cudaStream_t stream) {
+  switch (batch.group_size) {
+    case 32: return launch_mma<Bits, RT, Gated, S, 32>(batch, blocks, xp, xsum, stream);
+    case 64: return launch_mma<Bits, RT, Gated, S, 64>(batch, blocks, xp, xsum, stream);
+    default: return launch_mma<Bits, RT, Gated, S, 128>(batch, blocks, xp, xsum, stream);
+  }
 }
 
 // The scales' type.
 template <int Bits, int RT, bool Gated>
 void launch_typed(const AffineBatch& batch, unsigned blocks, const Bf16* xp, const float* xsum, cudaStream_t stream) {
   switch (batch.target[0].w.scale_dtype) {
-    case kAffineScaleF32: return launch_mma<Bits, RT, Gated, kAffineScaleF32>(batch, blocks, xp, xsum, stream);
-    case kAffineScaleF16: return launch_mma<Bits, RT, Gated, kAffineScaleF16>(batch, blocks, xp, xsum, stream);
-    default: return launch_mma<Bits, RT, Gated, kAffineScaleBf16>(batch, blocks, xp, xsum, stream);
+    case kAffineScaleF32: return launch_grouped<Bits, RT, Gated, kAffineScaleF32>(batch, blocks, xp, xsum, stream);
+    case kAffineScaleF16: return launch_grouped<Bits, RT, Gated, kAffineScaleF16>(batch, blocks, xp, xsum, stream);
+    default: return launch_grouped<Bits, RT, Gated, kAffineScaleBf16>(batch, blocks, xp, xsum, stream);
   }
 }
 
