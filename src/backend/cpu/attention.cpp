@@ -27,44 +27,71 @@ inline void axpy(float* y, float a, const float* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// fn(j, row) for keys j = 0 .. count - 1 of query t, key j at logical row first + j: the
+// block table read once per block, not once per key.
+template <typename Fn>
+void for_each_kv_row(const KvPages& kv, int64_t t, int64_t first, int64_t count, Fn&& fn) {
+  const int32_t* table = kv.tables + t * kv.table_stride;
+  for (int64_t j = 0; j < count;) {
+    const int64_t row = first + j, offset = row % kv.block_size;
+    const int64_t base = static_cast<int64_t>(table[row / kv.block_size]) * kv.block_size + offset;
+    const int64_t run = std::min<int64_t>(kv.block_size - offset, count - j);
+    for (int64_t r = 0; r < run; ++r, ++j) fn(j, base + r);
+  }
+}
+
 }  // namespace
 
+// One work item is a query and some of the query heads that share a KV head (all of them
+// unless that leaves threads idle): they read each key and value row once, and each head's
+// sums run in the same order as it would alone.
 void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv,
                const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo) {
   const int group = p.n_heads / p.n_kv_heads;
   const int hd = p.head_dim;
-  pool.parallel_for(n * p.n_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+  const int64_t per_kv = std::clamp<int64_t>(2 * pool.size() / std::max<int64_t>(1, n * p.n_kv_heads), 1, group);
+  const int heads_per_item = static_cast<int>((group + per_kv - 1) / per_kv);
+  const int items_per_kv = (group + heads_per_item - 1) / heads_per_item;
+  pool.parallel_for(n * p.n_kv_heads * items_per_kv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, max_score(static_cast<size_t>(heads_per_item)), inv(max_score.size());
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / p.n_heads;
-      const int h = static_cast<int>(item % p.n_heads);
-      const int kv_h = h / group;
+      const int64_t t = item / (p.n_kv_heads * items_per_kv);
+      const int kv_h = static_cast<int>(item / items_per_kv % p.n_kv_heads);
+      const int h0 = kv_h * group + static_cast<int>(item % items_per_kv) * heads_per_item;
+      const int heads = std::min(heads_per_item, (kv_h + 1) * group - h0);
       const int64_t pos = positions[t];
       const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
       const int64_t count = pos - first + 1;
-      scores.resize(static_cast<size_t>(count));
+      scores.resize(static_cast<size_t>(heads * count));  // [head][key]
 
-      const float* qh = q + t * ldq + static_cast<int64_t>(h) * hd;
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < count; ++j) {
-        const float* kj = static_cast<const float*>(kv.k) + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
-        float s = dot(qh, kj, hd) * p.scale;
-        if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
-        scores[static_cast<size_t>(j)] = s;
-        max_score = std::max(max_score, s);
+      const float* qg = q + t * ldq + static_cast<int64_t>(h0) * hd;
+      std::fill(max_score.begin(), max_score.end(), -INFINITY);
+      for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) {
+        const float* kj = static_cast<const float*>(kv.k) + row * kv.ld + static_cast<int64_t>(kv_h) * hd;
+        for (int h = 0; h < heads; ++h) {
+          float s = dot(qg + static_cast<int64_t>(h) * hd, kj, hd) * p.scale;
+          if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
+          scores[static_cast<size_t>(h * count + j)] = s;
+          max_score[static_cast<size_t>(h)] = std::max(max_score[static_cast<size_t>(h)], s);
+        }
+      });
+      float* og = out + t * ldo + static_cast<int64_t>(h0) * hd;
+      for (int h = 0; h < heads; ++h) {
+        float denom = 0.0f;
+        float* sh = scores.data() + static_cast<size_t>(h) * count;
+        for (int64_t j = 0; j < count; ++j) {
+          sh[j] = std::exp(sh[j] - max_score[static_cast<size_t>(h)]);
+          denom += sh[j];
+        }
+        inv[static_cast<size_t>(h)] = 1.0f / denom;
+        std::fill(og + static_cast<int64_t>(h) * hd, og + static_cast<int64_t>(h + 1) * hd, 0.0f);
       }
-      float denom = 0.0f;
-      for (auto& s : scores) {
-        s = std::exp(s - max_score);
-        denom += s;
-      }
-      float* oh = out + t * ldo + static_cast<int64_t>(h) * hd;
-      std::fill(oh, oh + hd, 0.0f);
-      const float inv = 1.0f / denom;
-      for (int64_t j = 0; j < count; ++j) {
-        const float* vj = static_cast<const float*>(kv.v) + page_row(kv, t, first + j) * kv.ld + static_cast<int64_t>(kv_h) * hd;
-        axpy(oh, scores[static_cast<size_t>(j)] * inv, vj, hd);
-      }
+      for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) {
+        const float* vj = static_cast<const float*>(kv.v) + row * kv.ld + static_cast<int64_t>(kv_h) * hd;
+        for (int h = 0; h < heads; ++h)
+          axpy(og + static_cast<int64_t>(h) * hd, scores[static_cast<size_t>(h * count + j)] * inv[static_cast<size_t>(h)],
+               vj, hd);
+      });
     }
   });
 }
