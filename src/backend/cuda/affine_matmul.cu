@@ -220,9 +220,15 @@ __device__ __forceinline__ float2 scale_pair(const void* base, int i) {
   }
 }
 
-// Blocks of the MMA kernel an SM should hold (registers bounded to fit): of 1, 3 and 4 (and 4
-// with half the load depth), 3 decoded fastest at 4 and 8 bits on the H100 (docs/performance.md).
-constexpr int kMmaMinBlocks = 3;
+// Blocks of the MMA kernel an SM should hold (registers bounded to fit), and tiles per load
+// batch (two batches in flight): 2 for one row tile, 1 for gate's and up's. On the H100, 8
+// bits decoded fastest with 3 blocks; 4 bits, once the group size became a constant, with 4
+// (+2 % over 3 blocks with twice the depth, what it had; 2 blocks with either depth and 1 with
+// four times it were slower; docs/performance.md).
+template <int Bits>
+constexpr int kMmaMinBlocks = Bits == 4 ? 4 : 3;
+template <int RT>
+constexpr int kMmaLoadDepth = RT == 1 ? 2 : 1;
 
 // Per block: RT row tiles (one target's tile, or gate's and up's for the gated form) over
 // all of k; the block's warps take contiguous shares of k (whole groups), and their sums
@@ -230,9 +236,9 @@ constexpr int kMmaMinBlocks = 3;
 // then consumed. S: the scales' type; G: the group size (p.group_size), a constant so that
 // where a group ends is known without a division.
 template <int Bits, int RT, bool Gated, int S, int G>
-__global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks)
+__global__ void __launch_bounds__(kAffineWarps* kWarp, kMmaMinBlocks<Bits>)
     affine_mma_kernel(AffineBatch p, const uint4* __restrict__ xp, const float* __restrict__ xsum) {
-  constexpr int Planes = Bits / 4, D = 4 / Planes / RT > 1 ? 4 / Planes / RT : 1;
+  constexpr int Planes = Bits / 4, D = kMmaLoadDepth<RT>;
   constexpr int kScaleBytes = S == kAffineScaleF32 ? 4 : 2;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t k = p.k;
