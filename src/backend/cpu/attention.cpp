@@ -28,14 +28,12 @@ inline void axpy(float* y, float a, const float* x, int n) {
 }
 
 // fn(j, row) for keys j = 0 .. count - 1 of query t, key j at logical row first + j: the
-// block table read once per block, not once per key.
+// block table read (page_row) once per block, not once per key.
 template <typename Fn>
 void for_each_kv_row(const KvPages& kv, int64_t t, int64_t first, int64_t count, Fn&& fn) {
-  const int32_t* table = kv.tables + t * kv.table_stride;
   for (int64_t j = 0; j < count;) {
-    const int64_t row = first + j, offset = row % kv.block_size;
-    const int64_t base = static_cast<int64_t>(table[row / kv.block_size]) * kv.block_size + offset;
-    const int64_t run = std::min<int64_t>(kv.block_size - offset, count - j);
+    const int64_t base = page_row(kv, t, first + j);
+    const int64_t run = std::min<int64_t>(kv.block_size - (first + j) % kv.block_size, count - j);
     for (int64_t r = 0; r < run; ++r, ++j) fn(j, base + r);
   }
 }
