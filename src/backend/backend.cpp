@@ -45,6 +45,13 @@ int cuda_ordinal(const std::string& device, int otherwise) {
 
 }  // namespace
 
+Fp8Compute parse_fp8_compute(const std::string& name) {
+  if (name == "auto") return Fp8Compute::kAuto;
+  if (name == "fp8") return Fp8Compute::kFp8;
+  if (name == "bf16") return Fp8Compute::kBf16;
+  fail(ErrorCategory::kInvalidArgument, "--fp8-compute '{}': expected auto, fp8 or bf16", name);
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   const std::string& device = options.device;
   if (device.empty() || device == "auto") {
@@ -52,7 +59,12 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     chosen.device = cuda_available() ? "cuda" : "cpu";
     return make_backend(chosen);
   }
-  if (device == "cpu") return make_cpu_backend(options.threads);
+  if (device == "cpu") {
+    if (options.fp8 == Fp8Compute::kFp8)
+      fail(ErrorCategory::kInvalidArgument, "--fp8-compute fp8: the CPU has no FP8 kernels (auto or bf16 widen FP8 "
+           "weights to bf16 there)");
+    return make_cpu_backend(options.threads);
+  }
   if (device == "cuda" || device.starts_with("cuda:")) {
     const int ordinal = cuda_ordinal(device, options.device_ordinal);
 #ifdef KETTLE_HAVE_CUDA
@@ -60,7 +72,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     if (count == 0) fail(ErrorCategory::kInvalidArgument, "--device {}: no CUDA device is present", device);
     if (ordinal >= count)
       fail(ErrorCategory::kInvalidArgument, "--device {}: this machine has {} CUDA device(s)", device, count);
-    return make_cuda_backend(ordinal, options.batch_invariant);
+    return make_cuda_backend(ordinal, options.batch_invariant, options.fp8);
 #else
     (void)ordinal;
     fail(ErrorCategory::kInvalidArgument, "--device {}: this kettle was built without CUDA (no nvcc at build time)",

@@ -25,7 +25,8 @@ namespace kettle::cli {
 namespace {
 
 // What a GPU keeps, as the CUDA backend does: bf16 matrices, 4- and 8-bit affine ones packed
-// (its kernels' widths, cuda::affine_shape_supported; other widths widened to bf16).
+// (its kernels' widths, cuda::affine_shape_supported; other widths widened to bf16), FP8
+// ones on Hopper (Sku::hopper).
 const WeightStorage kGpuStorage = WeightStorage::packed(2, {4, 8});
 
 struct FitFlags {
@@ -50,8 +51,9 @@ struct FitFlags {
 struct Sku {
   const char* name;
   double memory_gb, bandwidth_gbs;
+  bool hopper = false;  // FP8 weights stay FP8 (the CUDA backend's FP8 GEMMs)
 };
-constexpr Sku kSkus[] = {{"H200 141GB", 141, 4800},   {"H100 SXM 80GB", 80, 3350}, {"H100 PCIe 80GB", 80, 2000},
+constexpr Sku kSkus[] = {{"H200 141GB", 141, 4800, true}, {"H100 SXM 80GB", 80, 3350, true}, {"H100 PCIe 80GB", 80, 2000, true},
                          {"A100 80GB", 80, 2039},     {"A100 40GB", 40, 1555},     {"L40S 48GB", 48, 864},
                          {"RTX 6000 Ada 48GB", 48, 960}, {"RTX 4090 24GB", 24, 1008}, {"RTX 3090 24GB", 24, 936},
                          {"L4 24GB", 24, 300}};
@@ -102,8 +104,10 @@ int run_fit(const FitFlags& f) {
   const MemoryFlags flags = memory_flags(f);
   if (f.skus) {  // GPUs: weights as kGpuStorage, and an f16 KV cache, as the CUDA backend keeps them
     for (const Sku& sku : kSkus) {
+      WeightStorage storage = kGpuStorage;
+      storage.keeps_fp8 = sku.hopper && f.device.fp8_compute != "bf16";
       const MemoryDecision d =
-          decide_memory(spec, true, kGpuStorage, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
+          decide_memory(spec, true, storage, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
       out["weight_bytes_per_rank"] = d.plan.weight_bytes;
       out["kv_bytes_per_token_per_rank"] = d.plan.kv_bytes_per_token + d.plan.window_kv_bytes_per_token;
       nlohmann::json row = verdict(d, ctx, f.batch, limit);
@@ -112,7 +116,7 @@ int run_fit(const FitFlags& f) {
       out["skus"].push_back(row);
     }
   } else {
-    auto backend = make_backend(f.device.device, 1);
+    auto backend = make_backend(f.device.backend_options(1));
     // Synthetic weights are bf16 (or quantized with their scales in bf16) on every device.
     WeightStorage weight_bytes = weight_storage(spec, *backend);
     if (!f.synthetic.empty()) weight_bytes.value_bytes = 2;

@@ -107,9 +107,16 @@ void SyntheticQuantOption::add_to(CLI::App& app) {
                  "with --synthetic: random affine-quantized weights of this many bits (2, 3, 4, 5, 6 or 8)");
   app.add_option("--q-group-size", quant.group_size, "with --q-bits: weights per scale and bias (32, 64 or 128)")
       ->capture_default_str();
+  app.add_flag("--q-fp8", quant.fp8,
+               "with --synthetic: random FP8 e4m3 weights with a scale per 128 × 128 block (quant_method fp8)");
 }
 
 SyntheticQuant SyntheticQuantOption::resolve(bool synthetic) const {
+  if (quant.fp8) {
+    if (!synthetic) fail(ErrorCategory::kInvalidArgument, "--q-fp8 makes random weights: it goes with --synthetic");
+    if (quant.bits != 0) fail(ErrorCategory::kInvalidArgument, "--q-fp8 and --q-bits {}: one quantization or the other", quant.bits);
+    return quant;
+  }
   if (quant.bits == 0) return quant;
   if (!synthetic) fail(ErrorCategory::kInvalidArgument, "--q-bits makes random weights: it goes with --synthetic");
   if (!affine_bits_supported(quant.bits))
@@ -126,6 +133,22 @@ void DeviceOption::add_to(CLI::App& app) {
                "on (the default): decode through kernels whose sums do not depend on the batch, so a request's "
                "tokens are the same alone or batched (the CPU's always are); --no-batch-invariant: the fastest "
                "one-stream GPU decode, whose logits may differ in the last bits when batched");
+  app.add_option("--fp8-compute", fp8_compute,
+                 "FP8 checkpoints: auto (FP8 tensor cores where the GPU has them — Hopper — with activations "
+                 "quantized to FP8 per token and 128 channels as the checkpoint's reference runs them; elsewhere "
+                 "widened to bf16), fp8 (the tensor cores or an error), bf16 (widened to bf16 at load: the exact "
+                 "product of the dequantized weights, twice the memory)")
+      ->check(CLI::IsMember({"auto", "fp8", "bf16"}))
+      ->capture_default_str();
+}
+
+BackendOptions DeviceOption::backend_options(int threads) const {
+  BackendOptions options;
+  options.device = device;
+  options.threads = std::max(1, threads);
+  options.batch_invariant = batch_invariant;
+  options.fp8 = parse_fp8_compute(fp8_compute);
+  return options;
 }
 
 void DeviceOption::add_device_to(CLI::App& app, const std::string& what) {
@@ -149,13 +172,7 @@ void TensorParallelOption::add_to(CLI::App& app) {
 
 std::vector<std::unique_ptr<Backend>> TensorParallelOption::make_backends(const DeviceOption& device, int threads) const {
   std::vector<std::unique_ptr<Backend>> backends;
-  for (int r = 0; r < ranks; ++r) {
-    BackendOptions options;
-    options.device = device.device;
-    options.threads = std::max(1, threads / ranks);
-    options.batch_invariant = device.batch_invariant;
-    backends.push_back(make_backend(options));
-  }
+  for (int r = 0; r < ranks; ++r) backends.push_back(make_backend(device.backend_options(threads / ranks)));
   return backends;
 }
 

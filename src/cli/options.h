@@ -64,12 +64,14 @@ struct ThreadOption {
 struct DeviceOption {
   std::string device = "auto";
   bool batch_invariant = true;
-  void add_to(CLI::App& app);
+  std::string fp8_compute = "auto";
+  void add_to(CLI::App& app);  // --device, --batch-invariant, --fp8-compute
+  BackendOptions backend_options(int threads) const;
   void add_device_to(CLI::App& app, const std::string& what);  // --device alone; what: the help's subject
 };
 
-// --q-bits B [--q-group-size G] beside --synthetic: random affine-quantized weights of the
-// shape (bench, fit); refused by name without --synthetic or with bits it cannot make.
+// --q-bits B [--q-group-size G] or --q-fp8 beside --synthetic: random quantized weights of
+// the shape (bench, fit); refused by name without --synthetic or with bits it cannot make.
 struct SyntheticQuantOption {
   SyntheticQuant quant;
   void add_to(CLI::App& app);

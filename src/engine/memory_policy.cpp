@@ -11,6 +11,11 @@ WeightStorage weight_storage(const ModelSpec& spec, const Backend& backend) {
   WeightStorage s(backend.host_memory() ? dtype_size(spec.rope_freq_dtype) : 2);
   s.packed_widths = packed_affine_widths(backend, false);
   s.expert_packed_widths = packed_affine_widths(backend, true);
+  Linear fp8;  // a 128 × 128 block-scaled FP8 weight
+  fp8.scheme = WeightScheme::kFp8;
+  fp8.weight = Tensor{nullptr, DType::kF8E4M3, {128, 128}};
+  fp8.fp8 = {Tensor{nullptr, DType::kF32, {1, 1}}, 128, 128};
+  s.keeps_fp8 = backend.can_run(fp8);
   return s;
 }
 

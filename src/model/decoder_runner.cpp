@@ -10,46 +10,54 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "tensor/affine_quant.h"
+#include "tensor/dtype.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/thread_pool.h"
 
 namespace kettle {
 namespace {
 
 Tensor resident(Backend& backend, const Tensor& t) { return t.empty() ? t : backend.resident(t); }
 
-// An affine weight as a dense bf16 one, for a backend without kernels for the scheme: the
-// same values the CPU's kernels compute with (s · q + b), rounded to bf16 (exact for
-// bits ≤ 8 when scale and bias are bf16).
-std::vector<uint16_t> dequantize_bf16(const Linear& l) {
+// A quantized (affine or FP8) weight as a dense bf16 one, for a backend without kernels for
+// its scheme: the same values the CPU's kernels compute with (s · q + b, code · scale),
+// rounded to bf16 (exact for affine bits ≤ 8 with bf16 scales and biases).
+std::shared_ptr<std::vector<uint16_t>> dequantize_bf16(const Linear& l, ThreadPool& pool) {
   const int64_t rows = l.out_features(), cols = l.in_features();
-  std::vector<uint16_t> dense(static_cast<size_t>(rows * cols));
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    affine_dequantize(affine_row(l.weight, l.affine.scales, l.affine.biases, r), l.affine.bits, l.affine.group_size, 0,
-                      cols, row.data());
-    for (int64_t c = 0; c < cols; ++c) dense[static_cast<size_t>(r * cols + c)] = f32_to_bf16(row[static_cast<size_t>(c)]);
-  }
-  return dense;
+  auto copy = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(rows * cols));
+  std::vector<uint16_t>& dense = *copy;
+  pool.parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = begin; r < end; ++r) {
+      dequantize_row(l, r, row.data());
+      for (int64_t c = 0; c < cols; ++c)
+        dense[static_cast<size_t>(r * cols + c)] = f32_to_bf16(row[static_cast<size_t>(c)]);
+    }
+  });
+  return copy;
 }
 
 // The checkpoint's Linears as the backend reads them. A scheme the backend does not run is
-// dequantized to bf16 first (host memory held only until the backend has its copy; one
-// copy per codes tensor, so a tied embedding and LM head stay one).
+// dequantized to bf16 first (host memory held only until a device backend has its copy,
+// kept in host_copies for one that reads host memory in place; one copy per codes tensor,
+// so a tied embedding and LM head stay one).
 class ResidentLinears {
  public:
-  explicit ResidentLinears(Backend& backend) : backend_(backend) {}
+  ResidentLinears(Backend& backend, std::vector<std::shared_ptr<void>>& host_copies)
+      : backend_(backend), host_copies_(host_copies) {}
 
   // split_rows: the Linear is later viewed as row blocks of this many rows (a fused
   // gate_up); a packed layout may keep rows in blocks of 16 (CUDA's tiles), so a split
   // inside a block takes the dense copy.
   Linear operator()(const Linear& l, int64_t split_rows = 0) {
-    const bool splits_packed = l.scheme != WeightScheme::kDense && split_rows % 16 != 0;
+    const bool splits_packed =
+        l.scheme != WeightScheme::kDense && (split_rows % 16 != 0 || !l.views_rows_at(split_rows));
     return as_read(l, !l.empty() && backend_.can_run(l) && !splits_packed, "weights of this shape");
   }
   // A router or an expert (Backend::moe reads it).
@@ -63,8 +71,10 @@ class ResidentLinears {
       if (warned_.insert(what).second)
         log::info("{} has no kernels for {} {}: dequantizing them to bf16 as they load", backend_.name(),
                   scheme_name(l), what);
-      const std::vector<uint16_t> dense = dequantize_bf16(l);
-      Tensor weight = backend_.resident(Tensor{dense.data(), DType::kBF16, {l.out_features(), l.in_features()}});
+      if (!pool_) pool_ = std::make_unique<ThreadPool>(ThreadPool::default_threads());
+      const auto dense = dequantize_bf16(l, *pool_);
+      Tensor weight = backend_.resident(Tensor{dense->data(), DType::kBF16, {l.out_features(), l.in_features()}});
+      if (backend_.host_memory()) host_copies_.push_back(dense);
       it = dequantized_.emplace(l.weight.data, weight).first;
     }
     Linear r;
@@ -75,8 +85,10 @@ class ResidentLinears {
   }
 
   Backend& backend_;
+  std::vector<std::shared_ptr<void>>& host_copies_;
   std::map<const void*, Tensor> dequantized_;  // codes → the resident dense copy
   std::set<std::string> warned_;
+  std::unique_ptr<ThreadPool> pool_;  // made for the first weight dequantized
 };
 
 // A fused [gate | up] projection as the two halves the gated op takes.
@@ -85,9 +97,10 @@ std::pair<Linear, Linear> split_gate_up(const Linear& both, int64_t inter) {
 }
 
 // The checkpoint's tensors as the backend reads them; fused gate_up becomes gate and up views.
-ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const ModelWeights& w) {
+ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const ModelWeights& w,
+                              std::vector<std::shared_ptr<void>>& host_copies) {
   ModelWeights out;
-  ResidentLinears linear(backend);
+  ResidentLinears linear(backend, host_copies);
   out.embed = linear(w.embed);
   out.final_norm = resident(backend, w.final_norm);
   out.lm_head = linear(w.lm_head);
@@ -116,7 +129,7 @@ DecoderRunner::DecoderRunner(const Model& model, Backend& backend, KvPool& pool,
       backend_(backend),
       tp_(tp),
       vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.output_width()),
-      weights_(resident_weights(backend, model.spec, model.weights)),
+      weights_(resident_weights(backend, model.spec, model.weights, host_copies_)),
       kv_pool_(&pool) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,

@@ -86,6 +86,9 @@ class DecoderRunner final : public ModelRunner {
   Backend& backend_;
   TensorParallel tp_;
   int64_t vocab_;  // logits width (the full vocabulary under tensor parallelism)
+  // Dense copies of quantized weights the backend has no kernels for, when the backend
+  // reads host memory in place (a device backend holds its own copy).
+  std::vector<std::shared_ptr<void>> host_copies_;
   ModelWeights weights_;  // model_.weights as the backend reads them
   std::vector<RopeTable> ropes_;
   std::vector<int64_t> rope_len_;  // the seq_len each table was computed for (length-dependent types)

@@ -43,9 +43,19 @@ class MatrixBytes {
     const QuantParams q = spec_.quant.for_module(path);
     const QuantMethod method = spec_.quant.method;
     const bool zero_point = method == QuantMethod::kAwq || method == QuantMethod::kGptq;
-    // FP8 is widened at load; AWQ and GPTQ leave the embedding and the head in floats.
-    if (!q.quantized || in % q.group_size != 0 || !storage_.keeps(q.bits, expert) || method == QuantMethod::kFp8 ||
-        (zero_point && (path == "model.embed_tokens" || path == "lm_head")))
+    const bool head_or_table = path == "model.embed_tokens" || path == "lm_head";
+    // FP8: codes and an f32 scale per block (or row) where the backend keeps them (not in
+    // experts, whose kernels read bf16), else widened; the embedding and the head as
+    // FP8 checkpoints publish them, in floats.
+    if (method == QuantMethod::kFp8) {
+      if (!q.quantized || head_or_table || expert || !storage_.keeps_fp8) return elements * storage_.value_bytes;
+      const size_t rows = elements / static_cast<size_t>(in);
+      const int64_t b0 = spec_.quant.fp8_block[0], b1 = spec_.quant.fp8_block[1];
+      const size_t scales = b0 > 0 ? ((rows + b0 - 1) / b0) * ((static_cast<size_t>(in) + b1 - 1) / b1) : rows;
+      return elements + scales * sizeof(float);
+    }
+    // AWQ and GPTQ leave the embedding and the head in floats.
+    if (!q.quantized || in % q.group_size != 0 || !storage_.keeps(q.bits, expert) || (zero_point && head_or_table))
       return elements * storage_.value_bytes;
     // Codes, then a scale and a bias per group: the checkpoint's float type (MLX), f32
     // (AWQ and GPTQ, repacked).

@@ -64,6 +64,7 @@ struct WeightStorage {
   size_t value_bytes;
   uint32_t packed_widths;         // bit b set: b-bit matrices stay packed
   uint32_t expert_packed_widths;  // the same for routers and experts
+  bool keeps_fp8 = false;         // FP8 projections stay FP8 (else widened)
 };
 
 // kv_value_bytes: the bytes of the backend's KV element (dtype_size of Backend::kv_dtype).

@@ -60,11 +60,13 @@ const std::map<std::string, const char*>& presets() {
 
 // Random values filled with xorshift on all cores (a 16 GB model fills in seconds): bf16
 // weights of magnitude ~2^-7..2^-6 with random signs (norm weights: 1.0); for a quantized
-// projection, random U32 codes, scales ~2^-9 and biases centring the codes on zero.
+// projection, random U32 codes, scales ~2^-9 and biases centring the codes on zero; for an
+// FP8 one, e4m3 codes of magnitude 1..3.75 and block scales 2^-8.
 std::shared_ptr<void> fabricate(const std::string& name, const std::vector<int64_t>& shape, DType dtype, Tensor& out,
                                 uint64_t seed, int bits) {
   int64_t numel = 1;
   for (auto d : shape) numel *= d;
+  if (dtype == DType::kF8E4M3) numel = (numel + 1) / 2;  // two codes per u16 unit
   const size_t words = dtype == DType::kU32 ? 2 : 1;  // u16 units per element
   auto buffer = std::make_shared<HostBuffer<uint16_t>>(static_cast<size_t>(numel) * words);
   uint16_t* data = buffer->data();
@@ -73,7 +75,7 @@ std::shared_ptr<void> fabricate(const std::string& name, const std::vector<int64
     return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   const bool is_norm = name.find("norm") != std::string::npos, is_scale = ends_with(".scales"),
-             is_bias = ends_with(".biases");
+             is_bias = ends_with(".biases"), is_fp8_scale = ends_with(".weight_scale_inv");
   const uint16_t scale = 0x3b00;  // 2^-9
   const uint16_t bias = f32_to_bf16(-bf16_to_f32(scale) * static_cast<float>((1 << bits) - 1) / 2);
   const int64_t units = numel * static_cast<int64_t>(words);
@@ -88,6 +90,8 @@ std::shared_ptr<void> fabricate(const std::string& name, const std::vector<int64
         x ^= x >> 7;
         x ^= x << 17;
         if (dtype == DType::kU32) data[i] = static_cast<uint16_t>(x);
+        else if (dtype == DType::kF8E4M3) data[i] = static_cast<uint16_t>((x & 0x8787) | 0x3838);  // exponents 7
+        else if (is_fp8_scale) data[i] = 0x3b80;  // 2^-8
         else if (is_scale) data[i] = scale;
         else if (is_bias) data[i] = bias;
         else data[i] = is_norm ? uint16_t{0x3f80} : static_cast<uint16_t>((x & 0x807f) | 0x3c00);
@@ -96,7 +100,7 @@ std::shared_ptr<void> fabricate(const std::string& name, const std::vector<int64
   }
   for (auto& th : threads) th.join();
   out.data = data;
-  out.dtype = dtype == DType::kU32 ? DType::kU32 : DType::kBF16;
+  out.dtype = dtype == DType::kU32 || dtype == DType::kF8E4M3 ? dtype : DType::kBF16;
   out.shape = shape;
   return buffer;
 }
@@ -124,7 +128,10 @@ ModelSpec synthetic_spec(const std::string& preset_or_config, SyntheticQuant qua
     for (auto& name : synthetic_presets()) list += (list.empty() ? "" : ", ") + name;
     fail(ErrorCategory::kInvalidArgument, "--synthetic '{}' is neither a preset ({}) nor a config.json", preset_or_config, list);
   }
-  if (quant.bits != 0) {
+  if (quant.fp8) {
+    config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                     {"weight_block_size", {128, 128}}};
+  } else if (quant.bits != 0) {
     config["quantization"] = {{"bits", quant.bits}, {"group_size", quant.group_size}};
     if (!config.contains("torch_dtype")) config["torch_dtype"] = "bfloat16";  // its scales and biases
   }
@@ -139,7 +146,8 @@ Model make_synthetic_model(const std::string& preset_or_config, uint64_t seed, S
       [seed, bits = quant.bits](const std::string& name, const std::vector<int64_t>& shape, DType dtype, Tensor& out) {
         return fabricate(name, shape, dtype, out, seed, bits);
       },
-      quant.bits != 0));
+      quant.fp8 ? WeightStore::Fabricated::kFp8
+                : quant.bits != 0 ? WeightStore::Fabricated::kAffine : WeightStore::Fabricated::kFloat));
   model.weights = bind_weights(model.spec, *model.store);
   return model;
 }

@@ -10,9 +10,12 @@
 namespace kettle {
 
 // Random affine-quantized projections and embeddings instead of bf16 ones (bits 0: none).
+// Random quantized weights: affine with `bits` (0: none) and `group_size`, or FP8 e4m3
+// with 128 × 128 block scales (quant_method fp8, as DeepSeek and Qwen publish).
 struct SyntheticQuant {
   int bits = 0;
   int group_size = 64;
+  bool fp8 = false;
 };
 
 // A preset name (llama-3.2-1b, llama-3.1-8b, qwen3-0.6b, ...) or a path to a config.json.

@@ -104,7 +104,8 @@ bool WeightStore::contains(const std::string& name) const {
     const std::string s(suffix);
     return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  return fabricates_scales_ && (ends_with(".scales") || ends_with(".biases"));
+  if (fabricates_ == Fabricated::kFp8) return ends_with(".weight_scale_inv") && name.find("layers.") != std::string::npos;
+  return fabricates_ == Fabricated::kAffine && (ends_with(".scales") || ends_with(".biases"));
 }
 
 void WeightStore::fabricate_if_missing(const std::string& name, const std::vector<int64_t>& shape, DType dtype) const {
@@ -133,15 +134,25 @@ Tensor WeightStore::get_codes(const std::string& name, const std::vector<int64_t
   return t;
 }
 
+Tensor WeightStore::get_fp8(const std::string& name, const std::vector<int64_t>& shape) const {
+  fabricate_if_missing(name, shape, DType::kF8E4M3);
+  Tensor t = find_or_fail(index_, bad_dtype_, folder_, name);
+  if (t.dtype != DType::kF8E4M3)
+    fail(ErrorCategory::kInvalidData, "{}: tensor '{}' has dtype {}; an FP8 weight's codes are F8_E4M3", folder_, name,
+         dtype_name(t.dtype));
+  check_shape(t, folder_, name, shape);
+  return t;
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> out;
   for (auto& [name, _] : index_) out.push_back(name);
   return out;
 }
 
-WeightStore WeightStore::fabricated(Fabricator fabricator, bool quantized) {
+WeightStore WeightStore::fabricated(Fabricator fabricator, Fabricated quantized) {
   WeightStore store;
-  store.fabricates_scales_ = quantized;
+  store.fabricates_ = quantized;
   store.folder_ = "(synthetic)";
   store.fabricator_ = std::move(fabricator);
   return store;

@@ -26,6 +26,8 @@ class WeightStore {
   Tensor get_any(const std::string& name) const;
   // A quantized weight's packed codes (U32) of this shape; an error names the tensor otherwise.
   Tensor get_codes(const std::string& name, const std::vector<int64_t>& shape) const;
+  // An FP8 weight's e4m3 codes of this shape; an error names the tensor otherwise.
+  Tensor get_fp8(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<std::string> names() const;
   // Tensors of a dtype kettle cannot use (name → safetensors dtype); get() refuses them.
   const std::map<std::string, std::string>& unusable() const { return bad_dtype_; }
@@ -34,11 +36,13 @@ class WeightStore {
   void add_owned(const std::string& name, Tensor tensor, std::shared_ptr<void> storage) const;
 
   // A store with no files whose required tensors are made on first request (synthetic models),
-  // of the dtype asked (bf16 through get(), U32 codes through get_codes()). With `quantized`,
-  // every projection has scales: it is made as an affine-quantized one.
+  // of the dtype asked (bf16 through get(), U32 codes through get_codes(), e4m3 through
+  // get_fp8()). kAffine: every projection has scales and biases (an affine-quantized one);
+  // kFp8: every layer's projection has an FP8 scale grid (.weight_scale_inv).
   using Fabricator = std::function<std::shared_ptr<void>(const std::string& name, const std::vector<int64_t>& shape,
                                                          DType dtype, Tensor& out)>;
-  static WeightStore fabricated(Fabricator fabricator, bool quantized = false);
+  enum class Fabricated { kFloat, kAffine, kFp8 };
+  static WeightStore fabricated(Fabricator fabricator, Fabricated quantized = Fabricated::kFloat);
 
   const std::string& folder() const { return folder_; }
 
@@ -49,7 +53,7 @@ class WeightStore {
   mutable std::map<std::string, std::pair<Tensor, std::string>> index_;  // name -> (tensor, file)
   std::map<std::string, std::string> bad_dtype_;  // name -> dtype kettle cannot use
   Fabricator fabricator_;
-  bool fabricates_scales_ = false;
+  Fabricated fabricates_ = Fabricated::kFloat;
   void fabricate_if_missing(const std::string& name, const std::vector<int64_t>& shape, DType dtype) const;
 };
 

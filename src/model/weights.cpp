@@ -56,7 +56,7 @@ Linear bind_affine(const WeightStore& store, const QuantConfig& quant, const std
 
 // The module at `path` ("model.layers.0.self_attn.q_proj", "lm_head") as a Linear [out, in]:
 // dense (path.weight); affine when the checkpoint holds path.scales (as MLX decides); AWQ
-// or GPTQ (path.qweight) repacked into the affine layout; FP8 widened to bf16.
+// or GPTQ (path.qweight) repacked into the affine layout; FP8 codes with their scales.
 Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out,
                    int64_t in) {
   if (store.contains(path + ".qweight")) {
@@ -65,7 +65,7 @@ Linear bind_linear(const WeightStore& store, const QuantConfig& quant, const std
            "quantization_config names neither", store.folder(), path);
     return repack_zero_point(store, quant, path, out, in);
   }
-  if (quant.method == QuantMethod::kFp8 && is_fp8_weight(store, path)) return widen_fp8(store, quant, path, out, in);
+  if (quant.method == QuantMethod::kFp8 && is_fp8_weight(store, quant, path)) return bind_fp8(store, quant, path, out, in);
   if (store.contains(path + ".scales")) return bind_affine(store, quant, path, {}, out, in);
   Linear l;
   l.weight = store.get(path + ".weight", {out, in});

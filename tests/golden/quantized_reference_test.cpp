@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include "backend/backend.h"
@@ -112,30 +113,51 @@ TEST_P(QuantizedReferenceTest, CpuMatchesTransformers) {
 // bf16 bound, greedy tokens the same but for near ties. A MoE's routers and experts are
 // widened to bf16 for CUDA's MoE kernels, which flips a tiny random MoE's near-tied
 // routing at some positions: there the median position is held to the bound and the
-// tokens are not compared.
+// tokens are not compared. FP8 weights run both ways: widened to bf16 (--fp8-compute
+// bf16, the bounds above), and where the GPU runs them on its FP8 tensor cores (auto, on
+// Hopper), with activations quantized to FP8 per token as transformers' FP8Linear does:
+// transformers' logits here are of the dequantized weights times f32 activations, so the
+// bound is e4m3's own rounding (3 mantissa bits: up to 2^-4 of each activation), 0.08.
 TEST_P(QuantizedReferenceTest, CudaMatchesTransformers) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (or kettle built without CUDA)";
   const Golden g = read_golden(case_dir(GetParam()));
   const std::vector<float> steps = greedy_step_logits(GetParam(), g);
   const Model model = load_model(model_dir(GetParam()));
-  const bool moe = model.spec.n_experts > 0;
-  for (bool invariant : {false, true}) {
-    const std::string label = invariant ? "invariant" : "fastest";
-    BackendOptions options;
-    options.device = "cuda";
-    options.batch_invariant = invariant;
-    auto cuda = make_backend(options);
-    const std::vector<float> logits = prompt_logits(model, g, *cuda);
-    std::vector<double> errors;
-    for (int64_t p = 0; p < g.positions; ++p)
-      errors.push_back(relative_error(logits.data() + p * g.vocab, g.logits.data() + p * g.vocab, g.vocab));
-    if (moe) {
-      std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
-      EXPECT_LE(errors[errors.size() / 2], 2e-2) << label << ": the median position";
-      continue;
+  const bool moe = model.spec.n_experts > 0, fp8 = model.spec.quant.method == QuantMethod::kFp8;
+  for (Fp8Compute mode : {Fp8Compute::kBf16, Fp8Compute::kAuto}) {
+    if (mode == Fp8Compute::kAuto && !fp8) continue;
+    for (bool invariant : {false, true}) {
+      BackendOptions options;
+      options.device = "cuda";
+      options.batch_invariant = invariant;
+      options.fp8 = mode;
+      auto cuda = make_backend(options);
+      const bool fp8_products = mode == Fp8Compute::kAuto && cuda->can_run(model.weights.layers[0].o);
+      if (mode == Fp8Compute::kAuto && !fp8_products) continue;  // widened here: the first pass covered it
+      const std::string label = std::string(invariant ? "invariant" : "fastest") + (fp8_products ? ", fp8 products" : "");
+      const double bound = fp8_products ? 0.08 : 2e-2;
+      const std::vector<float> logits = prompt_logits(model, g, *cuda);
+      std::vector<double> errors;
+      for (int64_t p = 0; p < g.positions; ++p)
+        errors.push_back(relative_error(logits.data() + p * g.vocab, g.logits.data() + p * g.vocab, g.vocab));
+      if (moe) {
+        std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
+        EXPECT_LE(errors[errors.size() / 2], bound) << label << ": the median position";
+        continue;
+      }
+      for (size_t p = 0; p < errors.size(); ++p) EXPECT_LE(errors[p], bound) << "position " << p << ", " << label;
+      const std::vector<int32_t> tokens = greedy(model, g, *cuda);
+      if (!fp8_products) {
+        expect_same_greedy_up_to_ties(tokens, g, steps, label);
+        continue;
+      }
+      // Other activations than transformers' reference took: the tokens are reported.
+      size_t same = 0;
+      while (same < tokens.size() && same < g.greedy.size() && tokens[same] == g.greedy[same]) ++same;
+      std::printf("%s (%s): worst position %.4f; greedy tokens as transformers' for the first %zu of %zu\n",
+                  GetParam().c_str(), label.c_str(), *std::max_element(errors.begin(), errors.end()), same,
+                  g.greedy.size());
     }
-    for (size_t p = 0; p < errors.size(); ++p) EXPECT_LE(errors[p], 2e-2) << "position " << p << ", " << label;
-    expect_same_greedy_up_to_ties(greedy(model, g, *cuda), g, steps, label);
   }
 }
 

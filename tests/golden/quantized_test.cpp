@@ -24,6 +24,7 @@
 #include "model/model_runner.h"
 #include "model/quantize_checkpoint.h"
 #include "model/rotate_weights.h"
+#include "support/e4m3.h"
 #include "support/safetensors_writer.h"
 #include "tensor/affine_quant.h"
 #include "tensor/dtype.h"
@@ -478,25 +479,10 @@ TEST_P(QuantizedGoldenTest, AwqAndGptqCheckpointsEqualTheirDequantizedDenseModel
   fs::remove_all(work);
 }
 
-// ---- FP8 e4m3 weights with block or per-row scales, widened to bf16 at load ----
+// ---- FP8 e4m3 weights with block or per-row scales (the CPU widens them to bf16 at load) ----
 
-// e4m3 as the format defines it (independent of the loader's decoder): 1 sign bit, 4
-// exponent bits of bias 7, 3 mantissa bits, S.1111.111 NaN.
-float e4m3_value(uint8_t b) {
-  const int e = (b >> 3) & 15, m = b & 7;
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, -6) : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
-  return (b & 0x80) != 0 ? -v : v;
-}
-
-uint8_t e4m3_nearest(float v) {
-  uint8_t best = 0;
-  for (int b = 0; b < 256; ++b) {
-    if ((b & 0x7f) == 0x7f) continue;  // NaN
-    const float d = std::abs(e4m3_value(static_cast<uint8_t>(b)) - v), bd = std::abs(e4m3_value(best) - v);
-    if (d < bd || (d == bd && (b & 1) == 0 && (best & 1) == 1)) best = static_cast<uint8_t>(b);
-  }
-  return best;
-}
+using test::e4m3_nearest;
+using test::e4m3_value;
 
 // The golden model's projections in FP8 (quant_method fp8 with blocks of block×block, or
 // compressed-tensors with a scale per output row), and the dense bf16 checkpoint of what

@@ -35,6 +35,7 @@ constexpr int64_t kAffineDecodeRows = 64;
 
 bool CudaBackend::can_run(const Linear& l) const {
   if (l.scheme == WeightScheme::kDense) return true;
+  if (l.scheme == WeightScheme::kFp8) return can_run_fp8(l);
   if (l.scheme != WeightScheme::kAffine) return false;
   const DType st = l.affine.scales.dtype;
   return scale_type(st) >= 0 && l.affine.biases.dtype == st &&
@@ -42,6 +43,7 @@ bool CudaBackend::can_run(const Linear& l) const {
 }
 
 Linear CudaBackend::resident_linear(const Linear& l) {
+  if (l.scheme == WeightScheme::kFp8) return resident_fp8(l);
   if (l.scheme != WeightScheme::kAffine) return Backend::resident_linear(l);
   // The parts in their own types, rearranged on the device into the kernels' layout.
   const int64_t rows = l.out_features(), k = l.in_features(), groups = k / l.affine.group_size;
@@ -167,19 +169,19 @@ void CudaBackend::affine_rows(const float* x, int64_t n, int64_t ldx, const Inpu
 }
 
 // Dequantized as two bf16 parts (hi + lo, two GEMMs into the same sums), so the weights the
-// GEMM sees are the f32 ones s·q + b, as the CPU's and the decode kernel's.
+// GEMM sees are the f32 ones (s·q + b, code · scale), as the CPU's and the decode kernel's.
 void CudaBackend::gemm_linear(const cuda::Bf16* xb, int64_t n, int64_t k, const Linear& w, float* out, int64_t ldo,
                               bool accumulate, Gemm gemm) {
-  if (w.scheme != WeightScheme::kAffine) return gemm_raw(xb, n, k, w.weight, out, ldo, accumulate, gemm);
+  if (w.scheme == WeightScheme::kDense) return gemm_raw(xb, n, k, w.weight, out, ldo, accumulate, gemm);
   const int64_t m = w.out_features();
   const int64_t block = std::min(m, std::max<int64_t>(16, kDenseBlockElements / k / 16 * 16));
   auto* dense = static_cast<cuda::Bf16*>(grow(affine_dense_, static_cast<size_t>(block * k) * 2));
-  const cuda::AffineWeights aw = affine_weights(w);
   for (int64_t r0 = 0; r0 < m; r0 += block) {
     const int64_t rows = std::min(block, m - r0);
     for (int part = 0; part < 2; ++part) {
-      cuda::affine_dequantize(aw, r0, rows, k, part, dense, stream_);
-      check_launch("affine_dequantize");
+      if (w.scheme == WeightScheme::kFp8) cuda::fp8_dequantize(fp8_weights(w), r0, rows, k, part, dense, stream_);
+      else cuda::affine_dequantize(affine_weights(w), r0, rows, k, part, dense, stream_);
+      check_launch("dequantize");
       gemm_raw(xb, n, k, Tensor{dense, DType::kBF16, {rows, k}}, out + r0, ldo, accumulate || part == 1, gemm);
     }
   }

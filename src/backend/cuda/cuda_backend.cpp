@@ -16,7 +16,8 @@
 
 namespace kettle {
 
-CudaBackend::CudaBackend(int ordinal, bool batch_invariant) : device_(ordinal), batch_invariant_(batch_invariant) {
+CudaBackend::CudaBackend(int ordinal, bool batch_invariant, Fp8Compute fp8)
+    : device_(ordinal), batch_invariant_(batch_invariant) {
   check(cudaSetDevice(device_), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   // Prompt rows: a plan for a prompt of a few hundred tokens, k unsplit (chosen for 2048
@@ -37,6 +38,12 @@ CudaBackend::CudaBackend(int ordinal, bool batch_invariant) : device_(ordinal), 
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
   device_name_ = prop.name;
+  // FP8 GEMMs with block or row scales: cuBLASLt on Hopper (sm_90; its block-scale modes).
+  const bool hopper = prop.major == 9;
+  if (fp8 == Fp8Compute::kFp8 && !hopper)
+    fail(ErrorCategory::kInvalidArgument, "--fp8-compute fp8: {} (sm_{}{}) has no FP8 GEMMs kettle runs (Hopper, sm_90, "
+         "does); auto or bf16 widen FP8 weights to bf16", device_name_, prop.major, prop.minor);
+  fp8_tensor_cores_ = hopper && fp8 != Fp8Compute::kBf16;
   check(cudaMallocHost(reinterpret_cast<void**>(&pinned_), kPinnedBytes), "cudaMallocHost");
   check(cudaMallocHost(reinterpret_cast<void**>(&pinned_out_), kPinnedBytes), "cudaMallocHost");
   timer_.bind(stream_);
@@ -50,7 +57,8 @@ CudaBackend::~CudaBackend() {
     for (void* p : list) cudaFree(p);
   for (auto& [key, copy] : resident_) cudaFree(const_cast<void*>(copy.data));
   for (auto& [key, table] : expert_tables_) cudaFree(table.pointers);
-  for (Workspace* w : {&affine_x_, &affine_dense_, &gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_,
+  for (auto& gemm : fp8_gemms_) gemm.reset();
+  for (Workspace* w : {&affine_x_, &affine_dense_, &fp8_x_, &gemm_x_, &gemm_out_, &normed_ws_, &attention_ws_, &attention_arrivals_, &moe_ws_, &argmax_ws_,
                        &argmax_arrivals_})
     cudaFree(w->data);
   prompt_gemm_.reset();
@@ -63,6 +71,11 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) {
+  if (table.scheme == WeightScheme::kFp8 && can_run(table)) {
+    cuda::fp8_embed(ids, n, fp8_weights(table), table.in_features(), scale, out, stream_);
+    check_launch("fp8_embed");
+    return;
+  }
   if (table.scheme == WeightScheme::kAffine && can_run(table)) {
     cuda::affine_embed(ids, n, affine_weights(table), table.in_features(), scale, out, stream_);
     check_launch("affine_embed");
@@ -166,8 +179,8 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int ordinal, bool batch_invariant) {
-  return std::make_unique<CudaBackend>(ordinal, batch_invariant);
+std::unique_ptr<Backend> make_cuda_backend(int ordinal, bool batch_invariant, Fp8Compute fp8) {
+  return std::make_unique<CudaBackend>(ordinal, batch_invariant, fp8);
 }
 
 }  // namespace kettle

@@ -60,7 +60,7 @@ struct ExpertTable {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int ordinal, bool batch_invariant);
+  CudaBackend(int ordinal, bool batch_invariant, Fp8Compute fp8);
 
   ~CudaBackend() override;
 
@@ -92,7 +92,8 @@ class CudaBackend final : public Backend {
   // stream from a temporary copy as stored), cached as resident() caches weights.
   Tensor resident_retiled(const Tensor& t, const std::function<void(const void*, void*)>& retile);
   bool runs(WeightScheme scheme) const override {
-    return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine;
+    return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine ||
+           (scheme == WeightScheme::kFp8 && fp8_tensor_cores_);
   }
   bool can_run(const Linear& linear) const override;
   // The expert kernels read bf16 (quantized experts are widened at load).
@@ -179,6 +180,7 @@ class CudaBackend final : public Backend {
   static const Tensor& weight_of(const Projection& p) { return p.linear->weight; }
   static int64_t in_of(const Projection& p) { return p.linear->in_features(); }
   static bool affine(const Projection& p) { return p.linear->scheme == WeightScheme::kAffine; }
+  static bool dense(const Projection& p) { return p.linear->scheme == WeightScheme::kDense; }
   static const Tensor* bias_of(const Projection& p) { return p.linear->bias.empty() ? nullptr : &p.linear->bias; }
 
   // The projections: targets[i].out (+)= norm(x) · wᵢᵀ (+ bᵢ); the step's decode rows
@@ -236,6 +238,20 @@ class CudaBackend final : public Backend {
   static cuda::AffineWeights affine_weights(const Linear& l);
   int affine_split() const { return context_.exact_activations ? 2 : 1; }
 
+  // ---- FP8 weights (cuda_fp8.cpp) -------------------------------------------------------------
+  bool can_run_fp8(const Linear& l) const;
+  Linear resident_fp8(const Linear& l);
+  // values uploaded as an f32 tensor of `shape`, cached under the host tensor they came from.
+  Tensor resident_floats(const Tensor& source, const std::vector<float>& values, std::vector<int64_t> shape);
+  static cuda::Fp8Weights fp8_weights(const Linear& l);
+  // The FP8 GEMM for a scale layout and row kind (made on first use).
+  cuda::FixedGemm& fp8_gemm(bool row_scales, Gemm gemm);
+  // Whether the projection runs as an FP8 GEMM (FP8 weights, and the step does not ask
+  // for exact activations).
+  bool fp8_product(const Projection& p) const;
+  void fp8_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets, int count,
+                   bool accumulate, Gemm gemm);
+
   // After each launch: a bad configuration shows up here, not three ops later.
   void check_launch(const char* what) {
     check(cudaGetLastError(), what);
@@ -250,6 +266,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::FixedGemm> prompt_gemm_;  // prompt rows
   std::unique_ptr<cuda::FixedGemm> decode_gemm_;  // decode rows of a batch-invariant backend
+  std::unique_ptr<cuda::FixedGemm> fp8_gemms_[4];  // [block | row scales] × [prompt | decode rows]
   cublasHandle_t cublas_ = nullptr;               // the fast decode GEMMs
   void* cublas_workspace_ = nullptr;
   std::string device_name_;
@@ -260,12 +277,13 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;
   int device_;              // the device ordinal
   bool batch_invariant_;    // decode rows through the fixed decode GEMM too
+  bool fp8_tensor_cores_ = false;  // FP8 weights stay FP8 and run on the FP8 tensor cores
   StepContext context_;     // the running step's (run_step); outside one, all rows are prompt rows
   char* pinned_ = nullptr;  // staging for uploads, reused once the stream is idle
   size_t pinned_used_ = 0;
   char* pinned_out_ = nullptr;  // staging for downloads
   cuda::OpTimer timer_;
-  Workspace affine_x_, affine_dense_;
+  Workspace affine_x_, affine_dense_, fp8_x_;
   Workspace gemm_x_, gemm_out_, normed_ws_, attention_ws_, attention_arrivals_, moe_ws_, argmax_ws_, argmax_arrivals_;
 };
 

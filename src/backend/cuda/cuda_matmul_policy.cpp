@@ -83,9 +83,9 @@ void CudaBackend::gated(const float* x, int64_t n, int64_t ldx, const InputNorm*
 void CudaBackend::fast_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                                int count, bool accumulate) {
   const int64_t k = in_of(targets[0]);
-  bool dense = true;
-  for (int i = 0; i < count; ++i) dense = dense && !affine(targets[i]);
-  if (n != 1 || !dense || !cuda::gemv_supported(k) || count > cuda::kMaxGemvTargets)
+  bool all_dense = true;
+  for (int i = 0; i < count; ++i) all_dense = all_dense && dense(targets[i]);
+  if (n != 1 || !all_dense || !cuda::gemv_supported(k) || count > cuda::kMaxGemvTargets)
     return gemm_project(x, n, ldx, norm, targets, count, accumulate, Gemm::kHeuristic);
   // The norm runs as its own small kernel: normalising inside the GEMV (each warp
   // computing 1/rms first) measured slower (docs/performance.md, 2026-12-02).
@@ -101,7 +101,7 @@ void CudaBackend::fast_project(const float* x, int64_t n, int64_t ldx, const Inp
 void CudaBackend::fast_gated(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection& gate,
                              const Projection& up, Activation act, float* out, int64_t ldo) {
   const int64_t k = in_of(gate);
-  if (n != 1 || affine(gate) || affine(up) || !cuda::gemv_supported(k)) {
+  if (n != 1 || !dense(gate) || !dense(up) || !cuda::gemv_supported(k)) {
     const Projection both[] = {gate, up};
     gemm_project(x, n, ldx, norm, both, 2, false, Gemm::kHeuristic);
     gated_activation(gate.out, up.out, n, weight_of(gate).dim(0), gate.ldo, act, out, ldo);
@@ -118,9 +118,17 @@ void CudaBackend::fast_gated(const float* x, int64_t n, int64_t ldx, const Input
 
 // GEMMs on bf16 x (a norm writes its bf16 rows directly), or under the exact rule on x
 // as two bf16 halves (x = hi + lo, rows [0, n) and [n, 2n)), f32-accurate activations
-// for a GEMM that streams the weights once either way.
+// for a GEMM that streams the weights once either way. FP8 weights take the FP8 GEMMs
+// (fp8_project) unless the step asks for exact activations.
 void CudaBackend::gemm_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                                int count, bool accumulate, Gemm gemm) {
+  std::vector<Projection> fp8, others;
+  for (int i = 0; i < count; ++i) (fp8_product(targets[i]) ? fp8 : others).push_back(targets[i]);
+  if (!fp8.empty()) {
+    fp8_project(x, n, ldx, norm, fp8.data(), static_cast<int>(fp8.size()), accumulate, gemm);
+    if (others.empty()) return;
+    return gemm_project(x, n, ldx, norm, others.data(), static_cast<int>(others.size()), accumulate, gemm);
+  }
   const int64_t k = in_of(targets[0]);
   if (!context_.exact_activations) {
     auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));

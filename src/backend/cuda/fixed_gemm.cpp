@@ -22,13 +22,18 @@ void check(cublasStatus_t status, const char* what) {
     fail(ErrorCategory::kInternal, "cuBLASLt: {} failed: {}", what, cublasGetStatusString(status));
 }
 
+cudaDataType_t operand_type(GemmOperands operands) {
+  return operands == GemmOperands::kBf16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
+}
+
 // The column-major views cuBLASLt takes of the row-major product: outᵀ[m, n] = W[k, m]ᵀ · xᵀ[k, n].
 struct Layouts {
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, out = nullptr;
-  Layouts(int64_t m, int64_t n, int64_t k, int64_t ldo) {
-    check(cublasLtMatrixLayoutCreate(&w, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k),
+  Layouts(GemmOperands operands, int64_t m, int64_t n, int64_t k, int64_t ldo) {
+    const cudaDataType_t type = operand_type(operands);
+    check(cublasLtMatrixLayoutCreate(&w, type, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k),
           "cublasLtMatrixLayoutCreate");
-    check(cublasLtMatrixLayoutCreate(&x, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k),
+    check(cublasLtMatrixLayoutCreate(&x, type, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k),
           "cublasLtMatrixLayoutCreate");
     check(cublasLtMatrixLayoutCreate(&out, CUDA_R_32F, static_cast<uint64_t>(m), static_cast<uint64_t>(n), ldo),
           "cublasLtMatrixLayoutCreate");
@@ -60,8 +65,13 @@ uint32_t alignment_of(const void* p, int64_t row_bytes) {
 
 }  // namespace
 
-FixedGemm::FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first, std::vector<int64_t> bucket_rows)
-    : stream_(stream), plan_rows_(plan_rows), unsplit_first_(unsplit_first), bucket_rows_(std::move(bucket_rows)) {
+FixedGemm::FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first, std::vector<int64_t> bucket_rows,
+                     GemmOperands operands)
+    : stream_(stream),
+      plan_rows_(plan_rows),
+      unsplit_first_(unsplit_first),
+      bucket_rows_(operands == GemmOperands::kBf16 ? std::move(bucket_rows) : std::vector<int64_t>{}),
+      operands_(operands) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
   check(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
@@ -69,6 +79,17 @@ FixedGemm::FixedGemm(cudaStream_t stream, int64_t plan_rows, bool unsplit_first,
         "cublasLtMatmulDescSetAttribute");
   check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep),
         "cublasLtMatmulDescSetAttribute");
+  if (fp8()) {  // A is the weight, B is x
+    const bool blocks = operands == GemmOperands::kFp8Blocks;
+    const cublasLtMatmulMatrixScale_t w_mode =
+        blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const cublasLtMatmulMatrixScale_t x_mode =
+        blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &w_mode, sizeof w_mode),
+          "cublasLtMatmulDescSetAttribute");
+    check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof x_mode),
+          "cublasLtMatmulDescSetAttribute");
+  }
   // A fixed workspace, so GEMMs may be recorded in a graph.
   if (cudaMalloc(&workspace_, kWorkspaceBytes) != cudaSuccess)
     fail(ErrorCategory::kInternal, "CUDA: cudaMalloc (cuBLASLt workspace) failed");
@@ -81,7 +102,7 @@ FixedGemm::~FixedGemm() {
 }
 
 bool FixedGemm::applicable(const cublasLtMatmulAlgo_t& algo, int64_t m, int64_t n, int64_t k, int64_t ldo) {
-  Layouts l(m, n, k, ldo);
+  Layouts l(operands_, m, n, k, ldo);
   cublasLtMatmulHeuristicResult_t result{};
   return cublasLtMatmulAlgoCheck(handle_, op_, l.w, l.x, l.out, l.out, &algo, &result) == CUBLAS_STATUS_SUCCESS &&
          result.workspaceSize <= kWorkspaceBytes;
@@ -90,7 +111,7 @@ bool FixedGemm::applicable(const cublasLtMatmulAlgo_t& algo, int64_t m, int64_t 
 // cuBLASLt's candidates for `rows` rows of a shape, best first.
 std::vector<cublasLtMatmulAlgo_t> FixedGemm::candidates(int64_t m, int64_t rows, int64_t k, int64_t ldo,
                                                         uint32_t alignment) {
-  Layouts l(m, rows, k, ldo);
+  Layouts l(operands_, m, rows, k, ldo);
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
   const uint64_t bytes = kWorkspaceBytes;
@@ -120,21 +141,22 @@ FixedGemm::Plan& FixedGemm::plan(int64_t m, int64_t k, int64_t ldo, uint32_t ali
   const std::vector<cublasLtMatmulAlgo_t> found = candidates(m, plan_rows_, k, ldo, alignment);
   // Unsplit k first; a split one is fixed too (its partial sums meet in a fixed order),
   // for shapes cuBLASLt offers nothing else.
+  const int64_t fewest = fp8() ? 8 : 1;  // FP8: x's rows come in eights
   for (int pass = 0; pass < 2; ++pass)
     for (const cublasLtMatmulAlgo_t& algo : found) {
       const bool wanted = unsplit_first_ ? (splits(algo) > 1) == (pass == 1) : pass == 0;
-      if (!wanted || !applicable(algo, m, 1, k, ldo) || !applicable(algo, m, plan_rows_, k, ldo)) continue;
+      if (!wanted || !applicable(algo, m, fewest, k, ldo) || !applicable(algo, m, plan_rows_, k, ldo)) continue;
       Plan plan{algo, std::vector<std::optional<cublasLtMatmulAlgo_t>>(bucket_rows_.size()), bucket_rows_.empty()};
       return plans_.emplace(key, std::move(plan)).first->second;
     }
   fail(ErrorCategory::kInternal,
-       "cuBLASLt offers no GEMM for a {}x{} bf16 weight (output row stride {}, alignment {}; {} candidates)", m, k, ldo,
-       alignment, found.size());
+       "cuBLASLt offers no GEMM for a {}x{} {} weight (output row stride {}, alignment {}; {} candidates)", m, k,
+       fp8() ? "FP8" : "bf16", ldo, alignment, found.size());
 }
 
 // Each bucket's first candidate (in cuBLASLt's order) that runs for all its row counts
 // and gives the reference's bits on kProbeRows random rows through the shape's weights.
-void FixedGemm::probe_buckets(Plan& plan, const uint16_t* w, int64_t m, int64_t k, int64_t ldo, uint32_t alignment) {
+void FixedGemm::probe_buckets(Plan& plan, const void* w, int64_t m, int64_t k, int64_t ldo, uint32_t alignment) {
   plan.probed = true;
   if (!applicable(plan.algo, m, kProbeRows, k, ldo)) return;
   std::vector<uint16_t> host_x(static_cast<size_t>(kProbeRows * k));
@@ -152,7 +174,7 @@ void FixedGemm::probe_buckets(Plan& plan, const uint16_t* w, int64_t m, int64_t 
     return;
   }
   const auto run_to_host = [&](const cublasLtMatmulAlgo_t& algo, void* out) {
-    matmul(algo, static_cast<const uint16_t*>(x), kProbeRows, k, w, m, static_cast<float*>(out), ldo, false);
+    matmul(algo, x, kProbeRows, k, w, m, static_cast<float*>(out), ldo, false, {});
     std::vector<float> host(static_cast<size_t>(kProbeRows * ldo));
     if (cudaMemcpyAsync(host.data(), out, out_bytes, cudaMemcpyDeviceToHost, stream_) != cudaSuccess ||
         cudaStreamSynchronize(stream_) != cudaSuccess)
@@ -196,23 +218,31 @@ const cublasLtMatmulAlgo_t& FixedGemm::algo_for(const Plan& plan, int64_t n) con
   return plan.algo;
 }
 
-void FixedGemm::matmul(const cublasLtMatmulAlgo_t& algo, const uint16_t* x, int64_t n, int64_t k, const uint16_t* w,
-                       int64_t m, float* out, int64_t ldo, bool accumulate) {
-  Layouts l(m, n, k, ldo);
+void FixedGemm::matmul(const cublasLtMatmulAlgo_t& algo, const void* x, int64_t n, int64_t k, const void* w,
+                       int64_t m, float* out, int64_t ldo, bool accumulate, GemmScales scales) {
+  Layouts l(operands_, m, n, k, ldo);
+  if (fp8()) {
+    check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scales.w, sizeof scales.w),
+          "cublasLtMatmulDescSetAttribute");
+    check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scales.x, sizeof scales.x),
+          "cublasLtMatmulDescSetAttribute");
+  }
   const float one = 1.0f, zero = 0.0f;
   check(cublasLtMatmul(handle_, op_, &one, w, l.w, x, l.x, accumulate ? &one : &zero, out, l.out, out, l.out, &algo,
                        workspace_, kWorkspaceBytes, stream_),
         "cublasLtMatmul");
 }
 
-void FixedGemm::run(const uint16_t* x, int64_t n, int64_t k, const uint16_t* w, int64_t m, float* out, int64_t ldo,
-                    bool accumulate) {
-  const uint32_t alignment = std::min({alignment_of(x, k * 2), alignment_of(w, k * 2), alignment_of(out, ldo * 4)});
+void FixedGemm::run(const void* x, int64_t n, int64_t k, const void* w, int64_t m, float* out, int64_t ldo,
+                    bool accumulate, GemmScales scales) {
+  const int64_t row_bytes = k * (fp8() ? 1 : 2);
+  const uint32_t alignment =
+      std::min({alignment_of(x, row_bytes), alignment_of(w, row_bytes), alignment_of(out, ldo * 4)});
   Plan& p = plan(m, k, ldo, alignment);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (!p.probed && cudaStreamIsCapturing(stream_, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone)
     probe_buckets(p, w, m, k, ldo, alignment);
-  matmul(algo_for(p, n), x, n, k, w, m, out, ldo, accumulate);
+  matmul(algo_for(p, n), x, n, k, w, m, out, ldo, accumulate, scales);
 }
 
 }  // namespace kettle::cuda

@@ -94,6 +94,30 @@ void affine_pack_x(const float* x, int rows, int64_t ldx, int64_t k, int split, 
                    cudaStream_t stream);
 void affine_matmul(const AffineBatch& batch, const void* workspace, cudaStream_t stream);
 
+// ---- fp8_matmul.cu: FP8 e4m3 weights (fixed_gemm.h runs their GEMMs) ------------------------
+struct Fp8Weights {
+  const uint8_t* codes = nullptr;  // [rows, k] row-major
+  const float* scales = nullptr;   // element (r, c): scales[(r / block_rows) · scale_ld + c / block_cols]
+  int64_t block_rows = 1, block_cols = 1, scale_ld = 1;
+};
+// Weights the FP8 GEMMs take: a scale per row (row_scales) or per 128 × 128 block.
+bool fp8_shape_supported(bool row_scales, int64_t rows, int64_t k);
+// Leading dimension of x's block scales for `rows` rows: rows rounded up to 4.
+int64_t fp8_x_scale_ld(int64_t rows);
+// x [rows, k] (row stride ldx) → codes [padded, k] and scales as GemmScales::x reads them
+// (row_scales: [padded]; else [k / 128, fp8_x_scale_ld(padded)]); rows past `rows` zero.
+void fp8_quantize_x(const float* x, int64_t rows, int64_t padded, int64_t ldx, int64_t k, bool row_scales,
+                    uint8_t* codes, float* scales, cudaStream_t stream);
+// out[rows, k] for rows [row0, row0 + rows): part 0 = bf16(code · scale), part 1 = bf16 of
+// the rest (affine_dequantize's two parts).
+void fp8_dequantize(const Fp8Weights& w, int64_t row0, int64_t rows, int64_t k, int part, Bf16* out,
+                    cudaStream_t stream);
+// out[i, :] = (code · scale)[ids[i], :] · scale, in f32.
+void fp8_embed(const int32_t* ids, int64_t n, const Fp8Weights& w, int64_t dim, float scale, float* out,
+               cudaStream_t stream);
+// out[t, i] (stride ldo) (+)= src[t, i] for t < n, i < m (src dense).
+void add_rows(const float* src, int64_t n, int64_t m, float* out, int64_t ldo, bool accumulate, cudaStream_t stream);
+
 // ---- norm.cu ---------------------------------------------------------------------
 void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ld, const float* w, float eps, bool add_one,
               float* out, int64_t ldo, cudaStream_t stream);
