@@ -242,6 +242,21 @@ TEST_F(CliTest, BadFlagValueIsRefused) {
   EXPECT_NE(r.err.find("--top-p"), std::string::npos) << r.err;
 }
 
+// FP8 choices are refused by name where they cannot apply: random FP8 weights without
+// --synthetic or beside --q-bits, FP8 tensor cores on the CPU, an unknown mode. Random FP8
+// weights run on the CPU (widened to bf16 as they load).
+TEST_F(CliTest, Fp8FlagsAreAppliedOrRefusedByName) {
+  expect_error(run_kettle("bench " + model() + " --q-fp8 -p 8 -g 4"), 2, "--q-fp8");
+  expect_error(run_kettle("bench --synthetic tiny --q-fp8 --q-bits 4 -p 8 -g 4"), 2, "--q-fp8");
+  expect_error(run_kettle(generate_args("--device cpu --fp8-compute fp8")), 2, "--fp8-compute fp8");
+  const RunResult unknown = run_kettle(generate_args("--fp8-compute fp16"));
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("--fp8-compute"), std::string::npos) << unknown.err;
+  const RunResult bench = run_kettle("bench --synthetic tiny --q-fp8 --device cpu -p 8 -g 4 -r 1 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_GT(nlohmann::json::parse(bench.out)["decode_tokens_per_second"].get<double>(), 0.0);
+}
+
 // ---- quantized checkpoints: kettle convert -q, and loading what it and MLX write ----
 
 nlohmann::json read_json(const fs::path& path) {

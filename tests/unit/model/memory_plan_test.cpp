@@ -81,6 +81,23 @@ TEST(MemoryPlan, QuantizedMatricesCountTheirCodesScalesAndBiases) {
             head * 3 / 8 - head / 2);
 }
 
+// llama-3.1-8b in block-wise FP8 (128 × 128, as DeepSeek and Qwen publish): its 7.0 B
+// projection weights at a byte each and an f32 scale per block, the embedding, the head
+// and the norms in bf16, where the backend keeps FP8 (CUDA on Hopper); all bf16 where it
+// widens them.
+TEST(MemoryPlan, Fp8MatricesCountTheirCodesAndBlockScales) {
+  SyntheticQuant fp8;
+  fp8.fp8 = true;
+  const ModelSpec spec = synthetic_spec("llama-3.1-8b", fp8);
+  const size_t h = 4096, kv = 1024, inter = 14336, vocab = 128256, layers = 32, norms = 32 * 2 * 4096 + 4096;
+  const size_t per_layer = 2 * h * h + 2 * kv * h + 3 * inter * h;
+  const size_t blocks = (2 * 32 * 32 + 2 * 8 * 32 + 3 * 112 * 32) * layers;
+  WeightStorage hopper = WeightStorage::packed(2, {4, 8});
+  hopper.keeps_fp8 = true;
+  EXPECT_EQ(plan_memory(spec, 1, hopper, 2).weight_bytes, per_layer * layers + blocks * 4 + 2 * vocab * h * 2 + norms * 2);
+  EXPECT_EQ(plan_memory(spec, 1, WeightStorage::packed(2, {4, 8}), 2).weight_bytes, size_t{8030261248} * 2);
+}
+
 // Bytes of every distinct tensor a model (or shard) holds: a view of other rows is its own
 // copy on a device, so tensors count by address and size.
 size_t held_bytes(const ModelWeights& w) {
