@@ -251,6 +251,9 @@ class CudaBackend final : public Backend {
   bool fp8_product(const Projection& p) const;
   void fp8_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets, int count,
                    bool accumulate, Gemm gemm);
+  // gemm_project's targets split: the FP8 products through fp8_project, the rest through it.
+  void fp8_and_others(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
+                      int count, bool accumulate, Gemm gemm);
 
   // After each launch: a bad configuration shows up here, not three ops later.
   void check_launch(const char* what) {

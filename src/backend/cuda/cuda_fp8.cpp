@@ -85,6 +85,15 @@ bool CudaBackend::fp8_product(const Projection& p) const {
   return p.linear->scheme == WeightScheme::kFp8 && !context_.exact_activations;
 }
 
+void CudaBackend::fp8_and_others(const float* x, int64_t n, int64_t ldx, const InputNorm* norm,
+                                 const Projection* targets, int count, bool accumulate, Gemm gemm) {
+  std::vector<Projection> fp8, others;
+  for (int i = 0; i < count; ++i) (fp8_product(targets[i]) ? fp8 : others).push_back(targets[i]);
+  fp8_project(x, n, ldx, norm, fp8.data(), static_cast<int>(fp8.size()), accumulate, gemm);
+  if (!others.empty())
+    gemm_project(x, n, ldx, norm, others.data(), static_cast<int>(others.size()), accumulate, gemm);
+}
+
 // targets[i].out (+)= x · wᵢᵀ (+ bᵢ) for FP8 weights of one scale layout: x quantized once
 // per layout, whole eights of rows straight into the outputs, the rest (padded to eight)
 // through a scratch.

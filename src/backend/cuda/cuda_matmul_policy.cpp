@@ -122,13 +122,8 @@ void CudaBackend::fast_gated(const float* x, int64_t n, int64_t ldx, const Input
 // (fp8_project) unless the step asks for exact activations.
 void CudaBackend::gemm_project(const float* x, int64_t n, int64_t ldx, const InputNorm* norm, const Projection* targets,
                                int count, bool accumulate, Gemm gemm) {
-  std::vector<Projection> fp8, others;
-  for (int i = 0; i < count; ++i) (fp8_product(targets[i]) ? fp8 : others).push_back(targets[i]);
-  if (!fp8.empty()) {
-    fp8_project(x, n, ldx, norm, fp8.data(), static_cast<int>(fp8.size()), accumulate, gemm);
-    if (others.empty()) return;
-    return gemm_project(x, n, ldx, norm, others.data(), static_cast<int>(others.size()), accumulate, gemm);
-  }
+  if (std::any_of(targets, targets + count, [&](const Projection& p) { return fp8_product(p); }))
+    return fp8_and_others(x, n, ldx, norm, targets, count, accumulate, gemm);
   const int64_t k = in_of(targets[0]);
   if (!context_.exact_activations) {
     auto* xb = static_cast<cuda::Bf16*>(grow(gemm_x_, static_cast<size_t>(n * k) * 2));
