@@ -146,8 +146,9 @@ int run_serve(const ServeFlags& flags) {
   config.model_id = flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_id(folder) : flags.model;
   config.context_length = model.spec.max_position_embeddings;
   config.weight_bytes = model.weight_bytes();
-  if (model.spec.quant.present())
-    config.quantization = {model.spec.quant.defaults.bits, model.spec.quant.defaults.group_size};
+  if (const QuantConfig& q = model.spec.quant; q.present())
+    config.quantization = {quant_method_name(q.method), q.defaults.bits, q.defaults.group_size,
+                           {q.fp8_block[0], q.fp8_block[1]}};
   config.vocab_size = model.spec.vocab_size;
   config.end_ids.assign(model.generation.eos_token_ids.begin(), model.generation.eos_token_ids.end());
   config.thinking = flags.thinking == "on";

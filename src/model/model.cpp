@@ -40,9 +40,7 @@ size_t Model::weight_bytes_read(bool routed_share) const {
     if (!t.empty() && seen.insert(t.data).second) total += t.nbytes();
   };
   auto count_linear = [&](const Linear& l) {
-    count(l.weight);
-    count(l.affine.scales);
-    count(l.affine.biases);
+    for (const Tensor* t : {&l.weight, &l.bias, &l.affine.scales, &l.affine.biases, &l.fp8.scales}) count(*t);
   };
   count_linear(weights.lm_head);
   if (!routed_share) count_linear(weights.embed);  // a token's forward reads one row of it

@@ -99,6 +99,17 @@ QuantConfig parse_fp8_config(const json& q, const std::string& key, const std::s
 
 }  // namespace
 
+const char* quant_method_name(QuantMethod method) {
+  switch (method) {
+    case QuantMethod::kMlxAffine: return "affine";
+    case QuantMethod::kAwq: return "awq";
+    case QuantMethod::kGptq: return "gptq";
+    case QuantMethod::kFp8: return "fp8";
+    case QuantMethod::kNone: break;
+  }
+  return "none";
+}
+
 QuantParams QuantConfig::for_module(const std::string& path) const {
   auto it = modules.find(path);
   return it != modules.end() ? it->second : defaults;

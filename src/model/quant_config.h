@@ -46,6 +46,9 @@ struct QuantConfig {
   QuantParams for_module(const std::string& path) const;
 };
 
+// "affine" (MLX's layout), "awq", "gptq", "fp8"; "none".
+const char* quant_method_name(QuantMethod method);
+
 // From config.json (path: for errors). No quantization key: a QuantConfig not present().
 QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& path);
 

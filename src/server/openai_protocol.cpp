@@ -271,6 +271,18 @@ std::string openai_error_body(const ApiError& error) {
   return body.dump(-1, ' ', false, json::error_handler_t::replace);  // a message may quote a client's bytes
 }
 
+namespace {
+
+json quantization_json(const QuantSummary& q) {
+  if (q.bits == 0) return nullptr;
+  json out = {{"mode", q.mode}, {"bits", q.bits}};
+  if (q.mode != "fp8") out["group_size"] = q.group_size;
+  else out["block_size"] = q.block[0] > 0 ? json::array({q.block[0], q.block[1]}) : json(nullptr);
+  return out;
+}
+
+}  // namespace
+
 json openai_model(const ModelCard& card) {
   const SamplingParams& d = card.defaults;
   return {{"id", card.id},
@@ -280,11 +292,7 @@ json openai_model(const ModelCard& card) {
           {"context_window", card.context_length},
           {"max_model_len", card.context_length},  // vLLM's name for it
           {"weight_bytes", card.weight_bytes},
-          {"quantization", card.quantization.bits == 0
-                               ? json(nullptr)
-                               : json{{"mode", "affine"},
-                                      {"bits", card.quantization.bits},
-                                      {"group_size", card.quantization.group_size}}},
+          {"quantization", quantization_json(card.quantization)},
           {"capabilities", card.capabilities},
           {"defaults",
            {{"temperature", d.temperature},

@@ -40,10 +40,14 @@ std::unique_ptr<ResponseWriter> make_openai_writer(ResponseMeta meta, const Comp
 
 // The model list of GET /v1/models.
 // What /v1/models and /v1/models/{id} tell of the served model beyond OpenAI's four fields.
-// A quantized checkpoint's default bits and group size as /v1/models reports them.
+// A quantized checkpoint's scheme as /v1/models reports it: the mode ("affine" for MLX's
+// layout, "awq", "gptq", "fp8"), the default bits, and the group size (affine, AWQ, GPTQ)
+// or the FP8 scales' block ({0, 0}: a scale per row or per tensor).
 struct QuantSummary {
+  std::string mode;
   int bits = 0;  // 0: float weights
   int group_size = 0;
+  int block[2] = {0, 0};
 };
 
 struct ModelCard {

@@ -12,6 +12,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { kettle, startServer, stopServer } from '../support/kettle_server.mjs';
+import { writeRandomModel } from '../support/random_model.mjs';
 
 const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const model = resolve(testsDir, '../models/kettle-demo');
@@ -137,4 +138,40 @@ test('a 4-bit model served: /v1/models reports it, the openai client chats with 
   } finally {
     stopServer(server);
   }
+});
+
+// Bytes of the tensors a .safetensors file holds, from its header.
+function safetensorsBytes(file) {
+  const bytes = readFileSync(file);
+  const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString('utf8'));
+  delete header.__metadata__;
+  return Object.values(header).reduce((sum, t) => sum + t.data_offsets[1] - t.data_offsets[0], 0);
+}
+
+// An FP8 checkpoint (compressed-tensors, a scale per output row: the qwen3 golden's FP8
+// layout from tools/quantized-goldens) under a real tokenizer: /v1/models names its mode
+// and the bytes it holds (its file's tensors: codes, scales and the bf16 rest), and the
+// openai client gets tokens from it (the CPU widens FP8 to bf16 as it loads).
+test('an FP8 model served: /v1/models reports it, the openai client gets an answer', async () => {
+  const dense = join(work, 'fp8-dense'), fp8 = join(work, 'fp8');
+  writeRandomModel(dense);
+  writeRandomModel(fp8, { weights: join(testsDir, 'data', 'goldens-quantized', 'qwen3-fp8-channel', 'model') });
+  const cards = [];
+  for (const folder of [dense, fp8]) {
+    const server = await startServer([folder]);
+    try {
+      cards.push((await (await fetch(`${server.base}/v1/models`)).json()).data[0]);
+      if (folder !== fp8) continue;
+      const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'x', maxRetries: 0, timeout: 30000 });
+      const r = await client.completions.create({ model: 'whatever', prompt: 'a kettle', max_tokens: 8, temperature: 0 });
+      assert.ok(r.usage.completion_tokens > 0);
+    } finally {
+      stopServer(server);
+    }
+  }
+  assert.equal(cards[0].quantization, null);
+  assert.deepEqual(cards[1].quantization, { mode: 'fp8', bits: 8, block_size: null });
+  assert.equal(cards[0].weight_bytes, safetensorsBytes(join(dense, 'model.safetensors')));
+  assert.equal(cards[1].weight_bytes, safetensorsBytes(join(fp8, 'model.safetensors')));
+  assert.ok(cards[1].weight_bytes < cards[0].weight_bytes);
 });

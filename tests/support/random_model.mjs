@@ -25,10 +25,12 @@ function truncatedTokenizer(vocab) {
   return t;
 }
 
-export function writeRandomModel(dir, { template } = {}) {
+// weights: another checkpoint of the golden's shape (a quantized layout of it, say) whose
+// config.json and model.safetensors are used instead.
+export function writeRandomModel(dir, { template, weights = golden } = {}) {
   mkdirSync(dir, { recursive: true });
-  const config = JSON.parse(readFileSync(join(golden, 'config.json'), 'utf8'));
-  copyFileSync(join(golden, 'model.safetensors'), join(dir, 'model.safetensors'));
+  const config = JSON.parse(readFileSync(join(weights, 'config.json'), 'utf8'));
+  copyFileSync(join(weights, 'model.safetensors'), join(dir, 'model.safetensors'));
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config, eos_token_id: 2, bos_token_id: null }));
   writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ eos_token_id: [2, 0], pad_token_id: 0 }));
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(truncatedTokenizer(config.vocab_size)));
