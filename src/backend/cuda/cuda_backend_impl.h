@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -245,7 +246,9 @@ class CudaBackend final : public Backend {
   Tensor resident_floats(const Tensor& source, const std::vector<float>& values, std::vector<int64_t> shape);
   static cuda::Fp8Weights fp8_weights(const Linear& l);
   // The FP8 GEMM for a scale layout and row kind (made on first use).
-  cuda::FixedGemm& fp8_gemm(bool row_scales, Gemm gemm);
+  cuda::FixedGemm& fp8_gemm(bool row_scales, Gemm gemm) const;
+  // Whether cuBLASLt has FP8 GEMMs with both scale layouts here (asked once).
+  bool fp8_gemms_offered() const;
   // Whether the projection runs as an FP8 GEMM (FP8 weights, and the step does not ask
   // for exact activations).
   bool fp8_product(const Projection& p) const;
@@ -269,7 +272,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::FixedGemm> prompt_gemm_;  // prompt rows
   std::unique_ptr<cuda::FixedGemm> decode_gemm_;  // decode rows of a batch-invariant backend
-  std::unique_ptr<cuda::FixedGemm> fp8_gemms_[4];  // [block | row scales] × [prompt | decode rows]
+  mutable std::unique_ptr<cuda::FixedGemm> fp8_gemms_[4];  // [block | row scales] × [prompt | decode rows]
+  mutable std::optional<bool> fp8_offered_;                // fp8_gemms_offered, once asked
   cublasHandle_t cublas_ = nullptr;               // the fast decode GEMMs
   void* cublas_workspace_ = nullptr;
   std::string device_name_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "util/log.h"
 
 namespace kettle {
 namespace {
@@ -20,8 +21,18 @@ bool row_scaled(const Linear& l) { return l.fp8.scales.dim(1) == 1; }
 
 }  // namespace
 
+bool CudaBackend::fp8_gemms_offered() const {
+  if (!fp8_offered_) {
+    fp8_offered_ = fp8_gemm(false, Gemm::kPromptFixed).offers(256, 256) && fp8_gemm(true, Gemm::kPromptFixed).offers(256, 256);
+    if (!*fp8_offered_)
+      log::warn("cuBLASLt offers no FP8 GEMM with block or row scales on {}: FP8 weights are widened to bf16",
+                device_name_);
+  }
+  return *fp8_offered_;
+}
+
 bool CudaBackend::can_run_fp8(const Linear& l) const {
-  if (!fp8_tensor_cores_ || l.fp8.scales.dtype != DType::kF32) return false;
+  if (!fp8_tensor_cores_ || l.fp8.scales.dtype != DType::kF32 || !fp8_gemms_offered()) return false;
   const bool rows = row_scaled(l);
   if (!rows && (l.fp8.block_rows != kFp8Block || l.fp8.block_cols != kFp8Block)) return false;
   return cuda::fp8_shape_supported(rows, l.out_features(), l.in_features());
@@ -69,7 +80,7 @@ cuda::Fp8Weights CudaBackend::fp8_weights(const Linear& l) {
           l.fp8.block_cols, l.fp8.scales.dim(1)};
 }
 
-cuda::FixedGemm& CudaBackend::fp8_gemm(bool row_scales, Gemm gemm) {
+cuda::FixedGemm& CudaBackend::fp8_gemm(bool row_scales, Gemm gemm) const {
   const int i = (row_scales ? 2 : 0) + (gemm == Gemm::kPromptFixed ? 0 : 1);
   if (!fp8_gemms_[i]) {
     const auto operands = row_scales ? cuda::GemmOperands::kFp8Rows : cuda::GemmOperands::kFp8Blocks;

@@ -133,6 +133,14 @@ std::vector<cublasLtMatmulAlgo_t> FixedGemm::candidates(int64_t m, int64_t rows,
   return algos;
 }
 
+bool FixedGemm::offers(int64_t m, int64_t k) {
+  try {
+    return !candidates(m, plan_rows_, k, m, 16).empty();
+  } catch (const Error&) {  // the heuristic refused the descriptor (an unknown scale mode)
+    return false;
+  }
+}
+
 // The shape's reference configuration: cuBLASLt's best for plan_rows_ rows (unsplit
 // first, if asked) that runs for one row and for plan_rows_ alike.
 FixedGemm::Plan& FixedGemm::plan(int64_t m, int64_t k, int64_t ldo, uint32_t alignment) {

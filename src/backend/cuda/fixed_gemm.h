@@ -55,6 +55,10 @@ class FixedGemm {
   FixedGemm(const FixedGemm&) = delete;
   FixedGemm& operator=(const FixedGemm&) = delete;
 
+  // Whether cuBLASLt has a configuration for an m × k weight (dense output, 16-byte
+  // aligned operands): its FP8 scale modes are not in every version and GPU.
+  bool offers(int64_t m, int64_t k);
+
   // out[n, m] (row stride ldo) (+)= x[n, k] (dense) · w[m, k]ᵀ, both of the operands'
   // type (FP8: n a multiple of 8, and their scales).
   void run(const void* x, int64_t n, int64_t k, const void* w, int64_t m, float* out, int64_t ldo, bool accumulate,
