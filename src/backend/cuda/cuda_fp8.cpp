@@ -35,7 +35,9 @@ bool CudaBackend::can_run_fp8(const Linear& l) const {
   if (!fp8_tensor_cores_ || l.fp8.scales.dtype != DType::kF32 || !fp8_gemms_offered()) return false;
   const bool rows = row_scaled(l);
   if (!rows && (l.fp8.block_rows != kFp8Block || l.fp8.block_cols != kFp8Block)) return false;
-  return cuda::fp8_shape_supported(rows, l.out_features(), l.in_features());
+  const int64_t m = l.out_features(), k = l.in_features();
+  return cuda::fp8_shape_supported(rows, m, k) && fp8_gemm(rows, Gemm::kPromptFixed).offers(m, k) &&
+         fp8_gemm(rows, Gemm::kDecodeFixed).offers(m, k);
 }
 
 Linear CudaBackend::resident_fp8(const Linear& l) {

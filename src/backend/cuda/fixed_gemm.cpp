@@ -134,11 +134,14 @@ std::vector<cublasLtMatmulAlgo_t> FixedGemm::candidates(int64_t m, int64_t rows,
 }
 
 bool FixedGemm::offers(int64_t m, int64_t k) {
+  const auto key = std::make_pair(m, k);
+  if (auto it = offered_.find(key); it != offered_.end()) return it->second;
+  bool found = false;
   try {
-    return !candidates(m, plan_rows_, k, m, 16).empty();
+    found = !candidates(m, plan_rows_, k, m, 16).empty();
   } catch (const Error&) {  // the heuristic refused the descriptor (an unknown scale mode)
-    return false;
   }
+  return offered_[key] = found;
 }
 
 // The shape's reference configuration: cuBLASLt's best for plan_rows_ rows (unsplit

@@ -56,7 +56,8 @@ class FixedGemm {
   FixedGemm& operator=(const FixedGemm&) = delete;
 
   // Whether cuBLASLt has a configuration for an m × k weight (dense output, 16-byte
-  // aligned operands): its FP8 scale modes are not in every version and GPU.
+  // aligned operands): its FP8 scale modes are not in every version, GPU and shape.
+  // Asked once per shape.
   bool offers(int64_t m, int64_t k);
 
   // out[n, m] (row stride ldo) (+)= x[n, k] (dense) · w[m, k]ᵀ, both of the operands'
@@ -89,6 +90,7 @@ class FixedGemm {
   cublasLtMatmulDesc_t op_ = nullptr;  // Wᵀ · x, f32 compute (FP8: with the operands' scale modes)
   void* workspace_ = nullptr;
   std::map<std::tuple<int64_t, int64_t, uint32_t>, Plan> plans_;  // by (m, k, operand alignment)
+  std::map<std::pair<int64_t, int64_t>, bool> offered_;            // offers(m, k)
 };
 
 }  // namespace kettle::cuda
