@@ -115,11 +115,11 @@ struct StepContext {
 // through batch-invariant kernels too (slower for one stream than its fastest ones; the
 // CLI's default unless --no-batch-invariant): off, a decode alone and the same decode
 // batched may differ in the last bits of their logits. The CPU is batch-invariant either way.
-// FP8 weights: kAuto runs them on FP8 tensor cores where the device has them (Hopper:
-// x quantized to FP8 per row and 128 columns, as the checkpoints' reference implementations
-// run them) and widens them to bf16 elsewhere; kFp8 asks for the tensor cores (a backend
-// without them refuses by name); kBf16 widens them to bf16 at load (the exact product of
-// the dequantized weights, at twice the memory).
+// FP8 weights: kFp8 runs them on FP8 tensor cores (Hopper: x quantized to FP8 per row and
+// 128 columns, as the checkpoints' reference implementations run them; a backend without
+// them refuses by name); kBf16 widens them to bf16 at load (the exact product of the
+// dequantized weights, at twice the memory); kAuto, for now, is kBf16 (the tensor-core
+// path has not yet been measured on a GPU, docs/performance.md).
 enum class Fp8Compute { kAuto, kFp8, kBf16 };
 Fp8Compute parse_fp8_compute(const std::string& name);  // "auto", "fp8", "bf16"; else an error naming it
 

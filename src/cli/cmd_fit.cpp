@@ -105,7 +105,7 @@ int run_fit(const FitFlags& f) {
   if (f.skus) {  // GPUs: weights as kGpuStorage, and an f16 KV cache, as the CUDA backend keeps them
     for (const Sku& sku : kSkus) {
       WeightStorage storage = kGpuStorage;
-      storage.keeps_fp8 = sku.hopper && f.device.fp8_compute != "bf16";
+      storage.keeps_fp8 = sku.hopper && f.device.fp8_compute == "fp8";
       const MemoryDecision d =
           decide_memory(spec, true, storage, DType::kF16, static_cast<size_t>(sku.memory_gb * 1e9), flags);
       out["weight_bytes_per_rank"] = d.plan.weight_bytes;

@@ -134,10 +134,10 @@ void DeviceOption::add_to(CLI::App& app) {
                "tokens are the same alone or batched (the CPU's always are); --no-batch-invariant: the fastest "
                "one-stream GPU decode, whose logits may differ in the last bits when batched");
   app.add_option("--fp8-compute", fp8_compute,
-                 "FP8 checkpoints: auto (FP8 tensor cores where the GPU has them — Hopper — with activations "
-                 "quantized to FP8 per token and 128 channels as the checkpoint's reference runs them; elsewhere "
-                 "widened to bf16), fp8 (the tensor cores or an error), bf16 (widened to bf16 at load: the exact "
-                 "product of the dequantized weights, twice the memory)")
+                 "FP8 checkpoints: fp8 (Hopper's FP8 tensor cores, activations quantized to FP8 per token and "
+                 "128 channels as the checkpoint's reference runs them; an error on other devices), bf16 (widened "
+                 "to bf16 at load: the exact product of the dequantized weights, twice the memory), auto (bf16 for "
+                 "now)")
       ->check(CLI::IsMember({"auto", "fp8", "bf16"}))
       ->capture_default_str();
 }

@@ -45,7 +45,7 @@ CudaBackend::CudaBackend(int ordinal, bool batch_invariant, Fp8Compute fp8)
          "does); auto or bf16 widen FP8 weights to bf16", device_name_, prop.major, prop.minor);
   // (and cuBLASLt's configurations for both scale layouts: fp8_gemms_offered, asked when an
   // FP8 weight first comes, or here when asked for).
-  fp8_tensor_cores_ = hopper && fp8 != Fp8Compute::kBf16;
+  fp8_tensor_cores_ = hopper && fp8 == Fp8Compute::kFp8;
   if (fp8 == Fp8Compute::kFp8 && !fp8_gemms_offered())
     fail(ErrorCategory::kInvalidArgument, "--fp8-compute fp8: cuBLASLt offers no FP8 GEMM with block or row scales "
          "on {}; auto or bf16 widen FP8 weights to bf16", device_name_);

@@ -5,12 +5,13 @@
 // (prompt, fast decode, invariant decode), block, row and tensor scales, biases;
 // under the exact activation rule the weights' own values times f32 x; a row's
 // bits the same alone and in any batch; the embedding gather; the shapes
-// can_run takes. Skipped where no CUDA device is present, and where it is not
-// a Hopper GPU (no FP8 GEMMs: the runner widens FP8 weights there).
+// can_run takes. The backends run with --fp8-compute fp8; skipped where no CUDA
+// device is present, and where it is not a Hopper GPU (no FP8 GEMMs).
 #include <algorithm>
 
 #include "support/e4m3.h"
 #include "unit/backend/cuda_test_support.h"
+#include "util/error.h"
 
 namespace kettle::cuda_test {
 namespace {
@@ -89,11 +90,22 @@ std::vector<float> reference(const std::vector<float>& x, int64_t n, int64_t ldx
 
 class CudaFp8Test : public CudaOpsTest {
  protected:
+  // Both GPU backends with --fp8-compute fp8 (a GPU without FP8 GEMMs refuses it).
   void SetUp() override {
     CudaOpsTest::SetUp();
     if (IsSkipped()) return;
-    Fp8Weight probe(128, 128, 128, 128, rng_, false);
-    if (!gpu_->can_run(probe.linear)) GTEST_SKIP() << "this GPU has no FP8 GEMMs kettle runs (Hopper has)";
+    try {
+      for (bool invariant : {false, true}) {
+        BackendOptions options;
+        options.device = "cuda";
+        options.batch_invariant = invariant;
+        options.fp8 = Fp8Compute::kFp8;
+        (invariant ? gpu_invariant_ : gpu_fast_) = make_backend(options);
+      }
+    } catch (const Error& e) {
+      GTEST_SKIP() << "this GPU has no FP8 GEMMs kettle runs (Hopper has): " << e.what();
+    }
+    gpu_ = gpu_invariant_.get();
   }
   void run(const float* x, int64_t n, int64_t ldx, const std::vector<Linear>& linears, const std::vector<float*>& outs,
            int64_t ldo) {
@@ -188,10 +200,12 @@ TEST_F(CudaFp8Test, OtherBlocksAndShapesAreLeftToTheRunner) {
   EXPECT_FALSE(gpu_->can_run(Fp8Weight(256, 256, 64, 64, rng_, false).linear));    // other blocks
   EXPECT_FALSE(gpu_->can_run(Fp8Weight(256, 320, 128, 128, rng_, false).linear));  // k not whole blocks
   EXPECT_FALSE(gpu_->can_run(Fp8Weight(40, 128, 1, 128, rng_, false).linear));     // rows not in 16s
-  BackendOptions widen;
-  widen.device = "cuda";
-  widen.fp8 = Fp8Compute::kBf16;
-  EXPECT_FALSE(make_backend(widen)->can_run(Fp8Weight(256, 384, 128, 128, rng_, false).linear));
+  for (Fp8Compute mode : {Fp8Compute::kBf16, Fp8Compute::kAuto}) {  // widened at load
+    BackendOptions widen;
+    widen.device = "cuda";
+    widen.fp8 = mode;
+    EXPECT_FALSE(make_backend(widen)->can_run(Fp8Weight(256, 384, 128, 128, rng_, false).linear));
+  }
 }
 
 }  // namespace
