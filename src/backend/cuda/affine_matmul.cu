@@ -150,14 +150,10 @@ __global__ void affine_dequantize_kernel(AffineWeights w, int64_t row0, int64_t 
   const int64_t r = i / (k / 8), c0 = i % (k / 8) * 8;
   const int64_t gi = scale_index(row0 + r, c0 / w.group_size, k / w.group_size);
   const float s = scale_at(w.scales, w.scale_dtype, gi), b = scale_at(w.biases, w.scale_dtype, gi);
-  __align__(16) __nv_bfloat16 v[8];
+  float value[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float value = fmaf(s, static_cast<float>(tile_code(w.codes, row0 + r, c0 + e, k, w.bits)), b);
-    const __nv_bfloat16 hi = __float2bfloat16_rn(value);
-    v[e] = part == 0 ? hi : __float2bfloat16_rn(value - __bfloat162float(hi));
-  }
-  *reinterpret_cast<uint4*>(out + r * k + c0) = *reinterpret_cast<const uint4*>(v);
+  for (int e = 0; e < 8; ++e) value[e] = fmaf(s, static_cast<float>(tile_code(w.codes, row0 + r, c0 + e, k, w.bits)), b);
+  store_bf16_part(value, part, out + r * k + c0);
 }
 
 __global__ void affine_embed_kernel(const int32_t* __restrict__ ids, int64_t n, AffineWeights w, int64_t dim,

@@ -64,6 +64,18 @@ __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
   return s;
 }
 
+// Eight f32 values as bf16 at out (one 16-byte store): part 0 their rounding, part 1 what
+// that rounding left out (two parts that add up to the f32 values within f32's rounding).
+__device__ __forceinline__ void store_bf16_part(const float (&value)[8], int part, __nv_bfloat16* out) {
+  __align__(16) __nv_bfloat16 v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const __nv_bfloat16 hi = __float2bfloat16_rn(value[e]);
+    v[e] = part == 0 ? hi : __float2bfloat16_rn(value[e] - __bfloat162float(hi));
+  }
+  *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(v);
+}
+
 // Weights are read once per step: stream them past L1.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;

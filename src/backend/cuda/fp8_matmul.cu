@@ -78,14 +78,10 @@ __global__ void fp8_dequantize_kernel(Fp8Weights w, int64_t row0, int64_t rows, 
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // one run of 8
   if (i >= rows * k / 8) return;
   const int64_t r = i / (k / 8), c0 = i % (k / 8) * 8;
-  __align__(16) __nv_bfloat16 v[8];
+  float value[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float value = fp8_value(w, row0 + r, c0 + e, k);
-    const __nv_bfloat16 hi = __float2bfloat16_rn(value);
-    v[e] = part == 0 ? hi : __float2bfloat16_rn(value - __bfloat162float(hi));
-  }
-  *reinterpret_cast<uint4*>(out + r * k + c0) = *reinterpret_cast<const uint4*>(v);
+  for (int e = 0; e < 8; ++e) value[e] = fp8_value(w, row0 + r, c0 + e, k);
+  store_bf16_part(value, part, out + r * k + c0);
 }
 
 __global__ void fp8_embed_kernel(const int32_t* __restrict__ ids, int64_t n, Fp8Weights w, int64_t dim, float scale,

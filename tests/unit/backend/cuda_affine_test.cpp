@@ -114,17 +114,9 @@ TEST_F(CudaAffineTest, DecodeRowsAreTheSameBitsAloneAndInAnyBatch) {
           run(*gpu_, dx.data() + first * k, count, k, on_gpu, {out.data()}, m);
           return down(out);
         };
-        std::vector<float> alone;
-        for (int64_t t = 0; t < n; ++t) {
-          const std::vector<float> one = rows_from(t, 1);
-          alone.insert(alone.end(), one.begin(), one.end());
-        }
-        for (int64_t count : {2, 7, 8, 9, 40}) {
-          const std::vector<float> batch = rows_from(0, count);
-          EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)))
-              << bits << "-bit, batch of " << count << (invariant ? ", invariant" : ", fast")
-              << (exact ? ", exact" : "");
-        }
+        expect_same_bits_alone_and_batched(rows_from, n, {2, 7, 8, 9, 40},
+                                           std::to_string(bits) + "-bit" + (invariant ? ", invariant" : ", fast") +
+                                               (exact ? ", exact" : ""));
       }
   ctx_.exact_activations = false;
   as_rows(Rows::kPrompt, 0);

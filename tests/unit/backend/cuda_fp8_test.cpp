@@ -166,16 +166,8 @@ TEST_F(CudaFp8Test, RowsAreTheSameBitsAloneAndInAnyBatch) {
         run(dx.data() + first * k, count, k, on_gpu, {out.data()}, m);
         return down(out);
       };
-      std::vector<float> alone;
-      for (int64_t t = 0; t < n; ++t) {
-        const std::vector<float> one = rows_from(t, 1);
-        alone.insert(alone.end(), one.begin(), one.end());
-      }
-      for (int64_t count : {2, 7, 8, 9, 40}) {
-        const std::vector<float> batch = rows_from(0, count);
-        EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)))
-            << (block_cols == k ? "row scales" : "block scales") << ", " << name(rows) << ", batch of " << count;
-      }
+      expect_same_bits_alone_and_batched(rows_from, n, {2, 7, 8, 9, 40},
+                                         (block_cols == k ? "row scales, " : "block scales, ") + name(rows));
     }
   as_rows(Rows::kPrompt, 0);
 }

@@ -196,6 +196,22 @@ class CudaOpsTest : public ::testing::Test {
   StepContext ctx_;
 };
 
+// rows_from(first, count): the outputs (count rows of m) of rows [first, first + count) run
+// as one batch. Each batch of `counts` rows from 0 must give the bits of its rows run alone.
+inline void expect_same_bits_alone_and_batched(const std::function<std::vector<float>(int64_t, int64_t)>& rows_from,
+                                               int64_t n, std::initializer_list<int64_t> counts,
+                                               const std::string& label) {
+  std::vector<float> alone;
+  for (int64_t t = 0; t < n; ++t) {
+    const std::vector<float> one = rows_from(t, 1);
+    alone.insert(alone.end(), one.begin(), one.end());
+  }
+  for (int64_t count : counts) {
+    const std::vector<float> batch = rows_from(0, count);
+    EXPECT_EQ(0, std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float))) << label << ", batch of " << count;
+  }
+}
+
 // Rows whose floats differ in any bit from `expected`'s (NaN included).
 inline int64_t rows_differing(const std::vector<float>& got, const std::vector<std::vector<float>>& expected, int64_t width,
                        int64_t ld) {
