@@ -9,8 +9,9 @@
 namespace kettle {
 
 bool is_fp8_weight(const WeightStore& store, const QuantConfig& quant, const std::string& path) {
-  if (!store.contains(path + "." + quant.fp8_scale)) return false;
-  return !store.contains(path + ".weight") || store.get_any(path + ".weight").dtype == DType::kF8E4M3;
+  const bool codes = store.contains(path + ".weight") && store.get_any(path + ".weight").dtype == DType::kF8E4M3;
+  // A scale with no weight yet: a store that makes its tensors as they are asked for.
+  return codes || (store.contains(path + "." + quant.fp8_scale) && !store.contains(path + ".weight"));
 }
 
 Linear bind_fp8(const WeightStore& store, const QuantConfig& quant, const std::string& path, int64_t out, int64_t in) {
@@ -18,6 +19,9 @@ Linear bind_fp8(const WeightStore& store, const QuantConfig& quant, const std::s
   l.scheme = WeightScheme::kFp8;
   l.weight = store.get_fp8(path + ".weight", {out, in});
   const std::string scale_name = path + "." + quant.fp8_scale;
+  if (!store.contains(scale_name))
+    fail(ErrorCategory::kInvalidData, "{}: FP8 weight '{}.weight' has no '{}' beside it", store.folder(), path,
+         scale_name);
   int64_t b0 = quant.fp8_block[0], b1 = quant.fp8_block[1];
   const Tensor scale = b0 > 0 ? store.get(scale_name, {(out + b0 - 1) / b0, (in + b1 - 1) / b1}) : store.get(scale_name);
   if (b0 <= 0 && scale.numel() == 1) {  // one for the tensor
