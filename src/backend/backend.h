@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/linear.h"
+#include "tensor/kv_codec.h"
 #include "tensor/tensor.h"
 
 namespace kettle {
@@ -63,15 +64,20 @@ struct InputNorm {
 // [pool rows, n_kv_heads * head_dim] (row = block * block_size + offset). A sequence's
 // logical row r (its position) is at block table[r / block_size], offset r % block_size.
 // Query (or token) t of a call reads its table at tables + t * table_stride; a stride of
-// 0 means every token of the call belongs to one sequence (a prompt chunk). Elements are
-// the backend's KV type (Backend::kv_dtype: f32 on the CPU, f16 on CUDA).
+// 0 means every token of the call belongs to one sequence (a prompt chunk). Rows are
+// stored by the layer's codec (tensor/kv_codec.h): the backend's KV type (Backend::kv_dtype:
+// f32 on the CPU, f16 on CUDA), or quantized codes and scales where Backend::runs_kv says.
 struct KvPages {
   void* k = nullptr;
   void* v = nullptr;
-  int64_t ld = 0;                   // row stride of k and v in elements (n_kv_heads * head_dim)
+  int64_t ld = 0;                   // elements of a row (n_kv_heads * head_dim): a plain row's stride
   int block_size = 0;
   const int32_t* tables = nullptr;  // backend memory
   int64_t table_stride = 0;
+  KvCodec codec;  // plain rows of kv_dtype unless set
+
+  size_t key_row_bytes() const { return codec.key.row_bytes(ld); }
+  size_t value_row_bytes() const { return codec.value.row_bytes(ld); }
 };
 
 // One row of device sampling (Backend::sample), in transformers' order: temperature →
@@ -160,6 +166,9 @@ class Backend {
   virtual size_t free_memory() { return 0; }
   // The element type of cached keys and values (KvPages): f32 on the CPU, f16 on CUDA.
   virtual DType kv_dtype() const { return DType::kF32; }
+  // Whether qkv_rope_store and attention read and write KV rows stored as `rows`: plain
+  // rows of kv_dtype everywhere; quantized ones where a backend says so.
+  virtual bool runs_kv(const KvRowCodec& rows) const { return !rows.quantized() && rows.element == kv_dtype(); }
   // Device-to-device copy bandwidth (bytes read + written per second), measured now;
   // 0 where it means nothing (host memory).
   virtual double measure_copy_bandwidth() { return 0.0; }

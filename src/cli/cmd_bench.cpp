@@ -40,6 +40,7 @@ struct BenchFlags {
   std::string model;
   std::string synthetic;
   SyntheticQuantOption synthetic_quant;
+  KvQuantOption kv_quant;
   int prompt_tokens = 128;
   int gen_tokens = 32;
   int repetitions = 3;
@@ -247,10 +248,11 @@ double peak_rss_gib() {
 // Bytes of KV a sequence of `positions` holds (what one decode step at that depth reads).
 size_t kv_bytes_at(const KvPool& pool, int64_t positions) {
   size_t bytes = 0;
-  for (const KvLayer& layer : pool.layout().layers) {
-    if (layer.kind == KvLayer::Kind::kNone) continue;
+  const KvLayout& layout = pool.layout();
+  for (size_t i = 0; i < layout.layers.size(); ++i) {
+    const KvLayer& layer = layout.layers[i];
     const int64_t held = layer.kind == KvLayer::Kind::kWindow ? std::min(positions, layer.window) : positions;
-    bytes += 2 * static_cast<size_t>(held) * pool.layout().row_bytes();
+    bytes += static_cast<size_t>(held) * layout.token_bytes(i);
   }
   return bytes;
 }
@@ -275,6 +277,7 @@ int run_bench(const BenchFlags& f) {
   Backend* backend = backends[0].get();
   // The engine serve would make: its memory policy, batch room for the largest B.
   MemoryFlags memory;
+  memory.kv_quant = f.kv_quant.resolve(f.synthetic.empty() ? f.model : "");
   memory.prefill_chunk = f.prefill_chunk;
   memory.ranks = f.tensor_parallel.ranks;
   const MemoryDecision decision = decide_memory(model.spec, *backend, memory);
@@ -282,6 +285,7 @@ int run_bench(const BenchFlags& f) {
   options.batch = f.parallel.empty() ? 1 : *std::max_element(f.parallel.begin(), f.parallel.end());
   options.prefill_chunk = f.prefill_chunk;
   options.kv_budget_bytes = decision.kv_budget_bytes;
+  options.kv_quant = memory.kv_quant;
   Timer upload_timer;
   EngineCore core(model, nullptr, backend_pointers(backends), options);
   ModelRunner& runner = core.runner();
@@ -318,6 +322,7 @@ int run_bench(const BenchFlags& f) {
                           {"decode_bytes_per_token", model.decode_bytes_per_token()},
                           {"prompt_tokens", f.prompt_tokens}, {"gen_tokens", f.gen_tokens},
                           {"depth", f.depth}, {"kv_bytes_at_depth", kv_at_depth},
+                          {"kv_quant", options.kv_quant.name()},
                           {"decode_kv_gb_per_second", kv_gbps},
                           {"prefill_tokens_per_second", p.mean}, {"prefill_sd", p.sd},
                           {"decode_tokens_per_second", g.mean},  {"decode_sd", g.sd},
@@ -373,6 +378,7 @@ Action register_bench(CLI::App& app) {
   f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);
+  f->kv_quant.add_to(app);
   return [f] { return run_bench(*f); };
 }
 

@@ -33,6 +33,7 @@ struct FitFlags {
   std::string model;
   std::string synthetic;
   SyntheticQuantOption synthetic_quant;
+  KvQuantOption kv_quant;
   int64_t ctx = 0;  // 0: the model's own limit
   int64_t batch = 1;
   int tensor_parallel = 1;
@@ -78,8 +79,9 @@ nlohmann::json verdict(const MemoryDecision& d, int64_t ctx, int64_t batch, int6
           {"max_context", std::min(d.plan.longest_context(d.kv_budget_bytes, batch), limit)}};
 }
 
-MemoryFlags memory_flags(const FitFlags& f) {
+MemoryFlags memory_flags(const FitFlags& f, const std::string& model_dir) {
   MemoryFlags m;
+  m.kv_quant = f.kv_quant.resolve(model_dir);
   if (f.kv_budget_gb >= 0) m.kv_budget_gb = f.kv_budget_gb;
   if (f.memory_gb > 0) m.memory_budget_gb = f.memory_gb;
   m.prompt_cache_gb = f.prompt_cache_gb;
@@ -101,7 +103,8 @@ int run_fit(const FitFlags& f) {
   if (ctx > limit) fail(ErrorCategory::kInvalidArgument, "--ctx {} is past the model's limit of {} positions", ctx, limit);
 
   nlohmann::json out{{"model", source}, {"ranks", f.tensor_parallel}, {"ctx", ctx}, {"batch", f.batch}};
-  const MemoryFlags flags = memory_flags(f);
+  const MemoryFlags flags = memory_flags(f, f.synthetic.empty() ? source : "");
+  if (flags.kv_quant.mode != KvQuant::Mode::kOff) out["kv_quant"] = flags.kv_quant.name();
   if (f.skus) {  // GPUs: weights as kGpuStorage, and an f16 KV cache, as the CUDA backend keeps them
     for (const Sku& sku : kSkus) {
       WeightStorage storage = kGpuStorage;
@@ -184,6 +187,7 @@ Action register_fit(CLI::App& app) {
   app.add_flag("--skus", f->skus, "a table of GPUs (datasheet memory and bandwidth) with predicted decode speed");
   app.add_flag("--json", f->json, "print one JSON object");
   f->device.add_to(app);
+  f->kv_quant.add_to(app);
   return [f] { return run_fit(*f); };
 }
 

@@ -40,6 +40,7 @@ struct GenerateFlags {
   ThreadOption threads;
   TensorParallelOption tensor_parallel;
   DeviceOption device;
+  KvQuantOption kv_quant;
   CLI::Option* seed_opt = nullptr;
 };
 
@@ -100,6 +101,7 @@ int run_generate(const GenerateFlags& flags) {
   auto backends = f.tensor_parallel.make_backends(f.device, f.threads.resolve());
   EngineOptions options;
   options.batch = 1;
+  options.kv_quant = f.kv_quant.resolve(f.model);
   EngineCore core(model, tokenizer ? &*tokenizer : nullptr, backend_pointers(backends), options);
   GenerationRequest request;
   request.prompt = std::move(prompt);
@@ -173,6 +175,7 @@ Action register_generate(CLI::App& app) {
   f->threads.add_to(app);
   f->tensor_parallel.add_to(app);
   f->device.add_to(app);
+  f->kv_quant.add_to(app);
   return [f] { return run_generate(*f); };
 }
 

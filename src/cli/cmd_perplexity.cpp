@@ -34,6 +34,7 @@ struct PerplexityFlags {
   bool json = false;
   ThreadOption threads;
   DeviceOption device;
+  KvQuantOption kv_quant;
   TensorParallelOption tensor_parallel;
 };
 
@@ -63,6 +64,7 @@ int run_perplexity(const PerplexityFlags& flags) {
   EngineOptions options;
   options.batch = 1;
   options.prefill_chunk = f.context;
+  options.kv_quant = f.kv_quant.resolve(f.model);
   EngineCore core(model, &tokenizer, backend_pointers(backends), options);
   std::optional<ProgressBar> progress_bar;
   PerplexityResult r = perplexity(core, ids, f.context, stride, [&](int64_t done, int64_t total, double ppl) {
@@ -76,7 +78,8 @@ int run_perplexity(const PerplexityFlags& flags) {
                           {"tokens", ids.size()},       {"context", f.context},
                           {"stride", stride},           {"perplexity", r.perplexity},
                           {"mean_nll", r.mean_nll},     {"scored_tokens", r.scored_tokens},
-                          {"windows", r.windows},       {"seconds", r.seconds}};
+                          {"windows", r.windows},       {"seconds", r.seconds},
+                          {"kv_quant", f.kv_quant.value}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld tokens (context %lld, stride %lld, %lld windows, %.1f s)\n", r.perplexity,
@@ -99,6 +102,7 @@ Action register_perplexity(CLI::App& app) {
   f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);
+  f->kv_quant.add_to(app);
   return [f] { return run_perplexity(*f); };
 }
 

@@ -83,6 +83,7 @@ struct ServeFlags {
   TensorParallelOption tensor_parallel;
   ThreadOption threads;
   DeviceOption device;
+  KvQuantOption kv_quant;
 };
 
 // Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
@@ -105,8 +106,9 @@ void open_browser(const std::string& url) {
 }
 
 // The flags the memory policy reads (engine/memory_policy.h), as fit reads them.
-MemoryFlags memory_flags(const ServeFlags& flags) {
+MemoryFlags memory_flags(const ServeFlags& flags, const KvQuant& kv_quant) {
   MemoryFlags m;
+  m.kv_quant = kv_quant;
   if (flags.kv_budget_gb >= 0) m.kv_budget_gb = flags.kv_budget_gb;
   if (flags.memory_budget_gb >= 0) m.memory_budget_gb = flags.memory_budget_gb;
   m.prompt_cache_gb = flags.prompt_cache_gb;
@@ -136,6 +138,7 @@ int run_serve(const ServeFlags& flags) {
   std::signal(SIGPIPE, SIG_IGN);
 
   const std::string folder = model_or_default(flags.model);
+  const KvQuant kv_quant = flags.kv_quant.resolve(folder);  // a bad value fails before the weights load
   Model model = load_model(folder);
   Tokenizer tokenizer = Tokenizer::from_file(folder);
   // An embedding model answers /v1/embeddings only: no chat template is read.
@@ -168,7 +171,7 @@ int run_serve(const ServeFlags& flags) {
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
   std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device, flags.threads.resolve());
   // Measured before the weights load, as fit measures it: fit reports this decision.
-  const MemoryDecision memory = decide_memory(model.spec, *backends[0], memory_flags(flags));
+  const MemoryDecision memory = decide_memory(model.spec, *backends[0], memory_flags(flags, kv_quant));
   EngineOptions engine_options;
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
@@ -176,6 +179,7 @@ int run_serve(const ServeFlags& flags) {
   engine_options.reserve_kv = memory.reserve_kv;
   engine_options.prompt_cache_bytes = memory.prompt_cache_bytes;
   engine_options.kv_block_size = flags.kv_block_size;
+  engine_options.kv_quant = kv_quant;
   Engine engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
@@ -280,6 +284,7 @@ Action register_serve(CLI::App& app) {
   f->tensor_parallel.add_to(app);
   f->threads.add_to(app);
   f->device.add_to(app);
+  f->kv_quant.add_to(app);
   return [f] { return run_serve(*f); };
 }
 

@@ -1,6 +1,8 @@
 // Shared flag parsing helpers.
 #include "cli/options.h"
 
+#include "model/kv_config.h"
+
 #include <algorithm>
 #include <charconv>
 
@@ -125,6 +127,22 @@ SyntheticQuant SyntheticQuantOption::resolve(bool synthetic) const {
     fail(ErrorCategory::kInvalidArgument, "--q-group-size {}: affine quantization takes groups of 32, 64 or 128",
          quant.group_size);
   return quant;
+}
+
+void KvQuantOption::add_to(CLI::App& app) {
+  app.add_option("--kv-quant", value,
+                 "KV cache storage: off, 8 or 4 (affine bits per group of 64), fp8 (e4m3 per group of 64), "
+                 "turbo[:kXvY] (keys X-bit affine, values rotated Y-bit Lloyd-Max; k8v3), or config (the model's "
+                 "kv_config.json)")
+      ->capture_default_str();
+}
+
+KvQuant KvQuantOption::resolve(const std::string& model_dir) const {
+  KvQuant quant = parse_kv_quant(value);
+  if (quant.mode != KvQuant::Mode::kConfig) return quant;
+  if (model_dir.empty())
+    fail(ErrorCategory::kInvalidArgument, "--kv-quant config reads the model's kv_config.json: a synthetic model has none");
+  return read_kv_config(model_dir);
 }
 
 void DeviceOption::add_to(CLI::App& app) {

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "engine/request.h"
+#include "kv/kv_quant.h"
 #include "model/synthetic.h"
 
 namespace kettle::cli {
@@ -76,6 +77,15 @@ struct SyntheticQuantOption {
   SyntheticQuant quant;
   void add_to(CLI::App& app);
   SyntheticQuant resolve(bool synthetic) const;
+};
+
+// --kv-quant off|8|4|fp8|turbo[:kXvY]|config: how the KV cache stores its rows
+// (kv/kv_quant.h; config reads the model's kv_config.json, model/kv_config.h).
+struct KvQuantOption {
+  std::string value = "off";
+  void add_to(CLI::App& app);
+  // model_dir empty: a synthetic model, which has no kv_config.json (config refused by name).
+  KvQuant resolve(const std::string& model_dir) const;
 };
 
 // --tensor-parallel N (--tp): the model split over N ranks, one backend each.

@@ -26,7 +26,8 @@ bool any_rope_depends_on_length(const ModelSpec& spec) {
 
 std::unique_ptr<KvPool> pool_for(const Model& model, const std::vector<Backend*>& backends, const EngineOptions& o) {
   auto pool = make_kv_pool(model.spec, backends,
-                           KvPool::Options{o.kv_block_size, o.kv_budget_bytes, std::max(1, o.batch), o.prefill_chunk});
+                           KvPool::Options{o.kv_block_size, o.kv_budget_bytes, std::max(1, o.batch), o.prefill_chunk},
+                           o.kv_quant);
   if (o.reserve_kv) pool->preallocate();
   return pool;
 }
@@ -69,6 +70,7 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
                         : nullptr),
       scheduler_(Scheduler::Options{options.batch, options.prefill_chunk}, *pool_, prefix_cache_.get()),
       vocab_(model.spec.vocab_size),
+      kv_quant_name_(options.kv_quant.name()),
       width_(model.spec.output_width()) {
   // Out of free blocks, the pool takes back cached ones nobody holds (least recently used
   // first). The engine's one thread makes every pool and cache call, this one included.
@@ -302,6 +304,8 @@ EngineLoad EngineCore::load() const {
   kv.bytes_allocated = pool.allocated_bytes();
   kv.bytes_reserved = scheduler_.kv_bytes_in_use();
   kv.budget_bytes = pool.max_bytes();
+  kv.quant = kv_quant_name_;
+  for (size_t i = 0; i < pool.layout().layers.size(); ++i) kv.bytes_per_token += pool.layout().token_bytes(i);
   return load;
 }
 

@@ -97,6 +97,7 @@ class EngineCore {
   std::unique_ptr<PrefixCache> prefix_cache_;  // null: off
   Scheduler scheduler_;
   int64_t vocab_;
+  std::string kv_quant_name_;  // --kv-quant's spelling, for /stats
   int64_t width_;  // a step's output row: vocab_ logits, or an embedding model's hidden state
   StepPlan plan_;  // the step's, its storage reused
   std::vector<BatchEntry> entries_;

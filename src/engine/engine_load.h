@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace kettle {
 
@@ -16,6 +17,8 @@ struct KvLoad {
   size_t bytes_allocated = 0;
   size_t bytes_reserved = 0;  // the running generations' admitted worst case
   size_t budget_bytes = 0;    // the pool's cap; 0: none
+  std::string quant = "off";  // how rows are stored (--kv-quant)
+  size_t bytes_per_token = 0;  // a token's keys and values across the layers, as stored (one rank)
 };
 
 struct PromptCacheLoad {

@@ -1,9 +1,12 @@
 // How an engine is set up (serve's flags, bench's, the tests'): nothing of the
-// model or the KV store in it, so the server can hold one.
+// model or the KV store in it but the KV policy, a value (kv/kv_quant.h), so the
+// server can hold one.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kv/kv_quant.h"
 
 namespace kettle {
 
@@ -14,6 +17,7 @@ struct EngineOptions {
   bool reserve_kv = false;       // allocate the whole budget at start (a GPU server does, as vLLM)
   size_t prompt_cache_bytes = 0;  // the prefix cache's cap (the blocks it alone keeps); 0: off
   int kv_block_size = 16;        // tokens per KV block (and per cached prefix block)
+  KvQuant kv_quant;              // how KV rows are stored (--kv-quant); the pool's, cached prefixes included
 };
 
 }  // namespace kettle

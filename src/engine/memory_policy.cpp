@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/model_runner.h"
 #include "util/error.h"
 #include "util/system_memory.h"
 
@@ -44,7 +45,8 @@ MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const Memo
 MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightStorage weights, DType kv_element,
                              size_t device_bytes, const MemoryFlags& flags) {
   MemoryDecision d;
-  d.plan = plan_memory(spec, flags.ranks, weights, dtype_size(kv_element), flags.prefill_chunk);
+  d.plan = plan_memory(spec, flags.ranks, weights, kv_layout(spec, kv_element, flags.ranks, flags.kv_quant),
+                       flags.prefill_chunk);
   d.reserve_kv = device_memory;
   d.device_bytes = flags.memory_budget_gb ? static_cast<size_t>(*flags.memory_budget_gb * 1e9) : device_bytes;
   const size_t fixed = d.plan.weight_bytes + d.plan.working_bytes;

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "kv/kv_quant.h"
 #include "model/memory_plan.h"
 #include "model/model_spec.h"
 
@@ -27,6 +28,7 @@ struct MemoryFlags {
   double prompt_cache_gb = 0.0;            // --prompt-cache: the cached prefixes' share of the KV cache
   int64_t prefill_chunk = 2048;
   int ranks = 1;
+  KvQuant kv_quant;  // --kv-quant: how the KV rows are stored
 };
 
 struct MemoryDecision {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kv/kv_quant.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -20,13 +21,18 @@ KvPool::KvPool(const KvLayout& layout, const std::vector<Backend*>& backends, Op
       max_bytes_(options.max_bytes),
       max_sequences_(options.max_sequences),
       max_step_(options.max_step),
-      block_row_bytes_(static_cast<size_t>(block_size_) * layout.row_bytes()),
       k_(backends.size()),
       v_(backends.size()) {
-  for (Backend* b : backends_)
-    if (b->kv_dtype() != layout.codec.element)
-      fail(ErrorCategory::kInternal, "{} keeps KV in {}, not the layout's {}", b->name(), dtype_name(b->kv_dtype()),
-           dtype_name(layout.codec.element));
+  for (size_t i = 0; i < layout.layers.size(); ++i) {
+    const KvCodec& codec = layout.layers[i].codec;
+    for (Backend* b : backends_)
+      for (const KvRowCodec* rows : {&codec.key, &codec.value})
+        if (layout.layers[i].kind != KvLayer::Kind::kNone && !b->runs_kv(*rows))
+          fail(ErrorCategory::kUnsupported, "{} cannot keep KV rows as {} (layer {}; see --kv-quant)", b->name(),
+               kv_codec_name(*rows), i);
+    block_bytes_[0].push_back(static_cast<size_t>(block_size_) * layout.key_row_bytes(i));
+    block_bytes_[1].push_back(static_cast<size_t>(block_size_) * layout.value_row_bytes(i));
+  }
   for (size_t rank = 0; rank < backends.size(); ++rank) {
     k_[rank].resize(layout.layers.size());
     v_[rank].resize(layout.layers.size());
@@ -44,19 +50,22 @@ KvPool::KvPool(const KvLayout& layout, const std::vector<Backend*>& backends, Op
 }
 
 size_t KvPool::bytes_per_block(int kind) const {
-  return static_cast<size_t>(layers_of_kind_[static_cast<size_t>(kind)]) * block_row_bytes_ * 2;
+  size_t bytes = 0;
+  for (size_t layer = 0; layer < layer_kind_.size(); ++layer)
+    if (layer_kind_[layer] == kind) bytes += block_bytes_[0][layer] + block_bytes_[1][layer];
+  return bytes;
 }
 
 std::vector<unsigned char> KvPool::read_block(int kind, int32_t block) {
   std::vector<unsigned char> bytes(bytes_per_block(kind) * backends_.size());
   unsigned char* out = bytes.data();
-  const size_t offset = static_cast<size_t>(block) * block_row_bytes_;
   for (size_t rank = 0; rank < backends_.size(); ++rank)
     for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
       if (layer_kind_[layer] != kind) continue;
-      for (auto* buffers : {&k_[rank], &v_[rank]}) {
-        backends_[rank]->to_host(out, (*buffers)[layer].data() + offset, block_row_bytes_);
-        out += block_row_bytes_;
+      for (int part = 0; part < 2; ++part) {
+        const size_t n = block_bytes_[part][layer];
+        backends_[rank]->to_host(out, (part == 0 ? k_ : v_)[rank][layer].data() + static_cast<size_t>(block) * n, n);
+        out += n;
       }
     }
   return bytes;
@@ -67,13 +76,13 @@ void KvPool::write_block(int kind, int32_t block, const std::vector<unsigned cha
     fail(ErrorCategory::kInvalidArgument, "a KV block of this pool is {} bytes, not {}",
          bytes_per_block(kind) * backends_.size(), bytes.size());
   const unsigned char* in = bytes.data();
-  const size_t offset = static_cast<size_t>(block) * block_row_bytes_;
   for (size_t rank = 0; rank < backends_.size(); ++rank)
     for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
       if (layer_kind_[layer] != kind) continue;
-      for (auto* buffers : {&k_[rank], &v_[rank]}) {
-        backends_[rank]->to_device((*buffers)[layer].data() + offset, in, block_row_bytes_);
-        in += block_row_bytes_;
+      for (int part = 0; part < 2; ++part) {
+        const size_t n = block_bytes_[part][layer];
+        backends_[rank]->to_device((part == 0 ? k_ : v_)[rank][layer].data() + static_cast<size_t>(block) * n, in, n);
+        in += n;
       }
     }
 }
@@ -131,11 +140,11 @@ int64_t KvPool::available_blocks(int kind) const {
   return static_cast<int64_t>(free_[k].size()) + std::max<int64_t>(0, max_blocks(kind) - std::max<int64_t>(capacity_[k], 1));
 }
 
-// Backend memory set to zero bytes (0.0 in f32 and f16): one block's worth uploaded, then
-// doubled by device copies.
-void KvPool::zero(Backend& backend, unsigned char* data, size_t bytes) {
+// Backend memory set to zero bytes (0.0 in f32 and f16, and in every quantized codec): one
+// block's worth uploaded, then doubled by device copies.
+void KvPool::zero(Backend& backend, unsigned char* data, size_t bytes, size_t block_bytes) {
   if (bytes == 0) return;
-  const size_t first = std::min(bytes, block_row_bytes_);
+  const size_t first = std::min(bytes, block_bytes);
   const std::vector<unsigned char> zeros(first, 0);
   backend.to_device(data, zeros.data(), first);
   for (size_t done = first; done < bytes;) {
@@ -149,17 +158,17 @@ bool KvPool::grow(int kind, int64_t blocks) {
   const auto k = static_cast<size_t>(kind);
   blocks = std::min(blocks, max_blocks(kind));
   if (blocks <= capacity_[k]) return false;
-  const size_t block_bytes = block_row_bytes_;
   for (size_t rank = 0; rank < backends_.size(); ++rank) {
     Backend& backend = *backends_[rank];
     for (size_t layer = 0; layer < layer_kind_.size(); ++layer) {
       if (layer_kind_[layer] != kind) continue;
-      for (auto* buffers : {&k_[rank], &v_[rank]}) {
+      for (int part = 0; part < 2; ++part) {
+        const size_t block_bytes = block_bytes_[part][layer];
         BackendArray<unsigned char> grown(backend, static_cast<size_t>(blocks) * block_bytes);
-        BackendArray<unsigned char>& old = (*buffers)[layer];
+        BackendArray<unsigned char>& old = (part == 0 ? k_ : v_)[rank][layer];
         if (old.size() > 0) backend.copy(grown.data(), old.data(), old.bytes());
         // New blocks start as zeros: a kernel may read rows it then masks out (0 · NaN is NaN).
-        zero(backend, grown.data() + old.size(), grown.size() - old.size());
+        zero(backend, grown.data() + old.size(), grown.size() - old.size(), block_bytes);
         old = std::move(grown);
       }
     }

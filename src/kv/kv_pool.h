@@ -1,7 +1,7 @@
 // KvPool: the paged KV store every sequence's cache lives in, shaped by a
 // KvLayout (kv/kv_layout.h). Each caching layer's keys and values are one buffer
 // of fixed-size blocks ([blocks * block_size, row width] elements of the
-// layout's codec, backend memory); a sequence (KvCache) holds a table of block
+// layer's codec, backend memory); a sequence (KvCache) holds a table of block
 // ids. Layers of one kind share block ids: kind 0 holds the full-attention
 // layers, kind 1 the sliding-window layers, whose sequences keep only the blocks
 // their window can still see; layers that cache nothing have no buffers. Blocks are reference-counted, so a prefix cache
@@ -58,6 +58,7 @@ class KvPool {
   // The longest sliding window (kWindow layers); 0 when there are none.
   int64_t window() const { return window_; }
   int64_t kv_size() const { return layout_.row_width(); }
+  const KvCodec& codec(int64_t layer) const { return layout_.layers[static_cast<size_t>(layer)].codec; }
   void* keys(int64_t layer, int rank = 0) { return k_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].data(); }
   void* values(int64_t layer, int rank = 0) { return v_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].data(); }
   uint64_t epoch() const { return epoch_; }
@@ -96,7 +97,7 @@ class KvPool {
 
  private:
   bool grow(int kind, int64_t blocks);
-  void zero(Backend& backend, unsigned char* data, size_t bytes);
+  void zero(Backend& backend, unsigned char* data, size_t bytes, size_t block_bytes);
   int64_t max_blocks(int kind) const;
   int admitted_kind() const { return has_kind(kFull) ? kFull : kWindow; }
   int64_t window_blocks_per_sequence() const;
@@ -107,7 +108,8 @@ class KvPool {
   size_t max_bytes_;
   int max_sequences_;
   int64_t max_step_;
-  size_t block_row_bytes_;  // one block of one layer's keys (or values): block_size rows
+  // One block of a layer's keys ([0]) and values ([1]): block_size rows of its codec.
+  std::vector<size_t> block_bytes_[2];
   int64_t window_ = 0;
   std::vector<int> layer_kind_;
   std::vector<int64_t> layers_of_kind_ = std::vector<int64_t>(kKinds, 0);

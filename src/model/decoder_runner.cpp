@@ -370,7 +370,7 @@ KvPages DecoderRunner::pages(int64_t layer, int64_t segment, int64_t stride) {
   KvPool& pool = *kv_pool_;
   const int kind = pool.kind_of(layer);
   return KvPages{pool.keys(layer, tp_.pool_rank), pool.values(layer, tp_.pool_rank), pool.kv_size(), pool.block_size(),
-                 step_.tables[kind] + segment * step_.table_stride, stride};
+                 step_.tables[kind] + segment * step_.table_stride, stride, pool.codec(layer)};
 }
 
 void DecoderRunner::run_step() {

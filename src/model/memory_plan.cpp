@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/arch/arch_table.h"
+#include "model/model_runner.h"
 #include "model/tensor_parallel.h"
 
 namespace kettle {
@@ -73,6 +74,12 @@ class MatrixBytes {
 
 MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, size_t kv_value_bytes,
                        int64_t prefill_chunk) {
+  return plan_memory(s, ranks, weights, kv_layout(s, kv_value_bytes == 4 ? DType::kF32 : DType::kF16, ranks),
+                     prefill_chunk);
+}
+
+MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, const KvLayout& kv_rows,
+                       int64_t prefill_chunk) {
   check_splittable(s, ranks);
   MemoryPlan plan;
   plan.ranks = ranks;
@@ -105,7 +112,7 @@ MemoryPlan plan_memory(const ModelSpec& s, int ranks, WeightStorage weights, siz
                matrix(layer + "mlp.down_proj", inter, s.intermediate_size);
     }
     replicated += (s.sandwich_norms ? 4 : 2) * h * value;  // norms (per-head q/k norms, a few hundred values, not counted)
-    const size_t layer_kv = 2 * kv * kv_value_bytes;
+    const size_t layer_kv = kv_rows.token_bytes(i);
     if (l.sliding_window > 0) {
       plan.window_kv_bytes_per_token += layer_kv;
       plan.window = std::max<int64_t>(plan.window, l.sliding_window);

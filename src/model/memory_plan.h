@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kv/kv_layout.h"
 #include "model/model_spec.h"
 
 namespace kettle {
@@ -67,8 +68,12 @@ struct WeightStorage {
   bool keeps_fp8 = false;         // FP8 projections stay FP8 (else widened)
 };
 
-// kv_value_bytes: the bytes of the backend's KV element (dtype_size of Backend::kv_dtype).
+// kv_value_bytes: the bytes of the backend's KV element (dtype_size of Backend::kv_dtype),
+// every layer's rows plain.
 MemoryPlan plan_memory(const ModelSpec& spec, int ranks, WeightStorage weights, size_t kv_value_bytes,
+                       int64_t prefill_chunk = 2048);
+// With each layer's KV rows stored as `kv` (one rank's layout, kv_layout()) says.
+MemoryPlan plan_memory(const ModelSpec& spec, int ranks, WeightStorage weights, const KvLayout& kv,
                        int64_t prefill_chunk = 2048);
 
 }  // namespace kettle

@@ -21,20 +21,26 @@ int64_t logits_rows(const std::vector<BatchEntry>& entries) {
   return rows;
 }
 
-KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks) {
+KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks, const KvQuant& quant) {
   check_splittable(spec, ranks);
   KvLayout layout;
   layout.kv_heads = spec.n_kv_heads / ranks;
   layout.head_dim = spec.head_dim;
-  layout.codec.element = element;
-  for (const LayerSpec& l : spec.layers)
-    layout.layers.push_back(l.sliding_window > 0 ? KvLayer{KvLayer::Kind::kWindow, l.sliding_window} : KvLayer{});
+  for (const LayerSpec& l : spec.layers) {
+    KvLayer layer = l.sliding_window > 0 ? KvLayer{KvLayer::Kind::kWindow, l.sliding_window, {}} : KvLayer{};
+    layer.codec = quant.codec_for(static_cast<int64_t>(layout.layers.size()), layer.kind, spec.head_dim, element);
+    layout.layers.push_back(layer);
+  }
+  for (const KvQuant::LayerBits& l : quant.layers)
+    if (l.layer < 0 || l.layer >= static_cast<int64_t>(spec.layers.size()))
+      fail(ErrorCategory::kInvalidArgument, "--kv-quant config: layer_idx {} is not a layer of this model (0 to {})",
+           l.layer, spec.layers.size() - 1);
   return layout;
 }
 
 std::unique_ptr<KvPool> make_kv_pool(const ModelSpec& spec, const std::vector<Backend*>& backends,
-                                     KvPool::Options options) {
-  const KvLayout layout = kv_layout(spec, backends.at(0)->kv_dtype(), static_cast<int>(backends.size()));
+                                     KvPool::Options options, const KvQuant& quant) {
+  const KvLayout layout = kv_layout(spec, backends.at(0)->kv_dtype(), static_cast<int>(backends.size()), quant);
   return std::make_unique<KvPool>(layout, backends, options);
 }
 

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_quant.h"
 #include "model/model.h"
 #include "model/model_spec.h"
 
@@ -76,13 +77,14 @@ class ModelRunner {
 // model and backends). The backends and the pool must outlive the runner.
 std::unique_ptr<ModelRunner> make_model_runner(const Model& model, const std::vector<Backend*>& backends, KvPool& pool);
 
-// What the KV store of `spec` holds on each of `ranks` ranks, in `element` (the backend's
-// Backend::kv_dtype): a layer with a sliding window keeps its window, any other all positions.
-KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks = 1);
+// What the KV store of `spec` holds on each of `ranks` ranks: a layer with a sliding
+// window keeps its window, any other all positions; each layer's rows stored as `quant`
+// says (kv/kv_quant.h), `element` (the backend's Backend::kv_dtype) where it keeps them plain.
+KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks = 1, const KvQuant& quant = {});
 
 // The KV pool a runner of `model` on `backends` reads (one set of buffers per rank).
 std::unique_ptr<KvPool> make_kv_pool(const ModelSpec& spec, const std::vector<Backend*>& backends,
-                                     KvPool::Options options = {});
+                                     KvPool::Options options = {}, const KvQuant& quant = {});
 
 // A runner with a pool of its own, for a tool that runs one model by itself (tests, the
 // single-sequence benchmarks); the engine makes the two itself.

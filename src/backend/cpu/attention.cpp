@@ -3,8 +3,13 @@
 // grouped-query heads, Gemma-2 score softcapping and sliding windows
 // (Hugging Face semantics: query i sees key j iff 0 <= i - j < window).
 // Softmax in f32 with the running max subtracted, as torch's softmax does.
+// Quantized rows (tensor/kv_codec.h) are decoded as they are read — a prompt
+// chunk's rows once for the whole chunk, a decode's row by row; rotated values
+// are summed as stored and the output un-rotated once per head.
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -38,13 +43,79 @@ void for_each_kv_row(const KvPages& kv, int64_t t, int64_t first, int64_t count,
   }
 }
 
+// Keys (or values) of KV head h in pool row `row` as f32: in place for plain rows, else
+// decoded into buf (head_dim floats).
+inline const float* head_row(const void* base, const KvRowCodec& codec, int64_t ld, int64_t row, int h, int hd,
+                             float* buf) {
+  if (!codec.quantized()) return static_cast<const float*>(base) + row * ld + static_cast<int64_t>(h) * hd;
+  kv_decode_span(codec, static_cast<const uint8_t*>(base) + static_cast<size_t>(row) * codec.row_bytes(ld), ld,
+                 static_cast<int64_t>(h) * hd, hd, buf);
+  return buf;
+}
+
+void attend(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+            const AttentionParams& p, float* out, int64_t ldo);
+
+// A prompt chunk's quantized rows, decoded once for all its queries: the rows the chunk's
+// queries see, as plain f32 pages of their own (an identity block table).
+struct DecodedChunk {
+  std::vector<float> k, v;
+  std::vector<int32_t> table;
+  KvPages pages;
+};
+void decode_chunk(ThreadPool& pool, const KvPages& kv, const int32_t* positions, int64_t n, int64_t window,
+                  DecodedChunk& d) {
+  int64_t rows = 0, first = INT64_MAX;
+  for (int64_t t = 0; t < n; ++t) {
+    rows = std::max<int64_t>(rows, positions[t] + 1);
+    first = std::min<int64_t>(first, window > 0 ? std::max<int64_t>(0, positions[t] - window + 1) : 0);
+  }
+  const int64_t blocks = (rows + kv.block_size - 1) / kv.block_size;
+  d.k.assign(static_cast<size_t>(blocks * kv.block_size * kv.ld), 0.0f);
+  d.v.assign(d.k.size(), 0.0f);
+  d.table.resize(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) d.table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  pool.parallel_for(rows - first, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = first + begin; r < first + end; ++r) {
+      const int64_t slot = page_row(kv, 0, r);
+      float* k = d.k.data() + r * kv.ld;
+      float* v = d.v.data() + r * kv.ld;
+      for (const auto& [codec, base, dst] : {std::tuple{&kv.codec.key, kv.k, k}, std::tuple{&kv.codec.value, kv.v, v}}) {
+        if (codec->quantized())
+          kv_decode_span(*codec, static_cast<const uint8_t*>(base) + static_cast<size_t>(slot) * codec->row_bytes(kv.ld),
+                         kv.ld, 0, kv.ld, dst);
+        else
+          std::copy_n(static_cast<const float*>(base) + slot * kv.ld, kv.ld, dst);
+      }
+    }
+  });
+  d.pages = KvPages{d.k.data(), d.v.data(), kv.ld, kv.block_size, d.table.data(), 0, {}};
+}
+
 }  // namespace
+
+void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv,
+               const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo) {
+  if ((kv.codec.key.quantized() || kv.codec.value.quantized()) && kv.table_stride == 0 && n > 1) {
+    DecodedChunk chunk;
+    decode_chunk(pool, kv, positions, n, p.sliding_window, chunk);
+    attend(pool, q, n, ldq, chunk.pages, positions, p, out, ldo);
+  } else {
+    attend(pool, q, n, ldq, kv, positions, p, out, ldo);
+  }
+  if (kv.codec.value.rotated)
+    pool.parallel_for(n * p.n_heads, 8, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) kv_unrotate(out + i / p.n_heads * ldo + i % p.n_heads * p.head_dim, p.head_dim);
+    });
+}
+
+namespace {
 
 // One work item is a query and some of the query heads that share a KV head (all of them
 // unless that leaves threads idle): they read each key and value row once, and each head's
 // sums run in the same order as it would alone.
-void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv,
-               const int32_t* positions, const AttentionParams& p, float* out, int64_t ldo) {
+void attend(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+            const AttentionParams& p, float* out, int64_t ldo) {
   const int group = p.n_heads / p.n_kv_heads;
   const int hd = p.head_dim;
   const int64_t per_kv = std::clamp<int64_t>(2 * pool.size() / std::max<int64_t>(1, n * p.n_kv_heads), 1, group);
@@ -52,6 +123,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
   const int items_per_kv = (group + heads_per_item - 1) / heads_per_item;
   pool.parallel_for(n * p.n_kv_heads * items_per_kv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, max_score(static_cast<size_t>(heads_per_item)), inv(max_score.size());
+    std::vector<float> row_buf(static_cast<size_t>(hd));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / (p.n_kv_heads * items_per_kv);
       const int kv_h = static_cast<int>(item / items_per_kv % p.n_kv_heads);
@@ -65,7 +137,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
       const float* qg = q + t * ldq + static_cast<int64_t>(h0) * hd;
       std::fill(max_score.begin(), max_score.end(), -INFINITY);
       for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) {
-        const float* kj = static_cast<const float*>(kv.k) + row * kv.ld + static_cast<int64_t>(kv_h) * hd;
+        const float* kj = head_row(kv.k, kv.codec.key, kv.ld, row, kv_h, hd, row_buf.data());
         for (int h = 0; h < heads; ++h) {
           float s = dot(qg + static_cast<int64_t>(h) * hd, kj, hd) * p.scale;
           if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
@@ -85,7 +157,7 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
         std::fill(og + static_cast<int64_t>(h) * hd, og + static_cast<int64_t>(h + 1) * hd, 0.0f);
       }
       for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) {
-        const float* vj = static_cast<const float*>(kv.v) + row * kv.ld + static_cast<int64_t>(kv_h) * hd;
+        const float* vj = head_row(kv.v, kv.codec.value, kv.ld, row, kv_h, hd, row_buf.data());
         for (int h = 0; h < heads; ++h)
           axpy(og + static_cast<int64_t>(h) * hd, scores[static_cast<size_t>(h * count + j)] * inv[static_cast<size_t>(h)],
                vj, hd);
@@ -94,4 +166,5 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
   });
 }
 
+}  // namespace
 }  // namespace kettle::cpu

@@ -60,6 +60,8 @@ class CpuBackend final : public Backend {
   bool runs(WeightScheme scheme) const override {
     return scheme == WeightScheme::kDense || scheme == WeightScheme::kAffine;
   }
+  // f32 rows, or any quantized codec (tensor/kv_codec.h): written and read by its own code.
+  bool runs_kv(const KvRowCodec& rows) const override { return rows.quantized() || rows.element == DType::kF32; }
 
   void embed(const int32_t* ids, int64_t n, const Linear& table, float scale, float* out) override {
     cpu::embed(pool_, ids, n, table, scale, out);

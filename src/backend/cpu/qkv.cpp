@@ -1,7 +1,8 @@
 // The attention block's step between the q/k/v projection and attention:
 // per token, optional per-head q/k RMSNorm (Qwen3, Gemma3), RoPE (the same
 // rotate_half arithmetic as rope.cpp), q to its own buffer, k and v into the
-// cache row of the token's position (through its block table).
+// cache row of the token's position (through its block table), as they are or
+// encoded by the layer's codec (tensor/kv_codec.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -45,8 +46,10 @@ void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, c
   const int64_t qs = static_cast<int64_t>(layout.n_heads) * hd, kvs = static_cast<int64_t>(layout.n_kv_heads) * hd;
   const std::vector<float> qn = norm_weight(layout.q_norm, layout.norm_add_one);
   const std::vector<float> kn = norm_weight(layout.k_norm, layout.norm_add_one);
+  const KvRowCodec &key_codec = kv.codec.key, &value_codec = kv.codec.value;
   pool.parallel_for(n, 4, [&](int64_t begin, int64_t end) {
     std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+    std::vector<float> k_row(static_cast<size_t>(key_codec.quantized() ? kvs : 0));
     for (int64_t t = begin; t < end; ++t) {
       const float* row = qkv + t * ld;
       const int64_t pos = positions[t];
@@ -58,9 +61,12 @@ void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, c
       float* q = q_out + t * qs;
       std::copy_n(row, qs, q);
       const int64_t slot = page_row(kv, t, pos);
-      float* k = static_cast<float*>(kv.k) + slot * kv.ld;
+      float* k = key_codec.quantized() ? k_row.data() : static_cast<float*>(kv.k) + slot * kv.ld;
       std::copy_n(row + qs, kvs, k);
-      std::copy_n(row + qs + kvs, kvs, static_cast<float*>(kv.v) + slot * kv.ld);
+      if (value_codec.quantized())
+        kv_encode_row(value_codec, row + qs + kvs, kvs, hd, static_cast<uint8_t*>(kv.v) + slot * kv.value_row_bytes());
+      else
+        std::copy_n(row + qs + kvs, kvs, static_cast<float*>(kv.v) + slot * kv.ld);
       for (int h = 0; h < layout.n_heads; ++h) {
         if (!qn.empty()) norm_head(q + h * hd, hd, qn, layout.norm_eps);
         rotate_head(q + h * hd, cos_v.data(), sin_v.data(), half);
@@ -69,6 +75,8 @@ void qkv_rope_store(ThreadPool& pool, const float* qkv, int64_t n, int64_t ld, c
         if (!kn.empty()) norm_head(k + h * hd, hd, kn, layout.norm_eps);
         rotate_head(k + h * hd, cos_v.data(), sin_v.data(), half);
       }
+      if (key_codec.quantized())
+        kv_encode_row(key_codec, k, kvs, hd, static_cast<uint8_t*>(kv.k) + slot * kv.key_row_bytes());
     }
   });
 }

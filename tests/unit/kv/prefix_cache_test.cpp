@@ -5,12 +5,14 @@
 // the pool's demand, sliding-window blocks let go and matches that respect them.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "backend/backend.h"
 #include "kv/prefix_cache.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_quant.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -24,7 +26,7 @@ KvLayout layout_with(std::vector<int> windows) {
   KvLayout layout;
   layout.kv_heads = 1;
   layout.head_dim = kKvSize;
-  for (int w : windows) layout.layers.push_back(w > 0 ? KvLayer{KvLayer::Kind::kWindow, w} : KvLayer{});
+  for (int w : windows) layout.layers.push_back(w > 0 ? KvLayer{KvLayer::Kind::kWindow, w, {}} : KvLayer{});
   return layout;
 }
 
@@ -293,6 +295,38 @@ TEST(KvPool, TheWindowKindsShareAndAdmissionUnderACap) {
   EXPECT_EQ(windowed.admission_bytes(1000), 4 * windowed.bytes_per_block(KvPool::kWindow)) << "a window holds its blocks only";
   KvPool open(layout, *backend, KvPool::Options{kBlock, 0});
   EXPECT_EQ(open.admission_capacity(), 0u) << "no cap";
+}
+
+// Layers of different codecs (turbo: keys affine 8-bit, values Lloyd-Max 3-bit on full layers;
+// the window layer plain): each layer's blocks sized by its own rows, a block moved whole.
+TEST(KvPool, QuantizedLayersSizeTheirBlocksByTheirCodecs) {
+  auto backend = make_cpu_backend(1);
+  KvLayout layout;
+  layout.kv_heads = 2;
+  layout.head_dim = 64;
+  const KvQuant turbo = parse_kv_quant("turbo");
+  for (int w : {0, 8, 0}) {
+    KvLayer layer = w > 0 ? KvLayer{KvLayer::Kind::kWindow, w, {}} : KvLayer{};
+    layer.codec = turbo.codec_for(static_cast<int64_t>(layout.layers.size()), layer.kind, 64, DType::kF32);
+    layout.layers.push_back(layer);
+  }
+  KvPool pool(layout, *backend, KvPool::Options{kBlock, 0});
+  // A full layer's row: keys 128 codes + 4 groups of (f16 scale, f16 bias); values 48 bytes of
+  // 3-bit codes + 4 groups of an f16 RMS. The window layer: two f32 rows of 128.
+  EXPECT_EQ(layout.key_row_bytes(0), 128u + 4 * 4);
+  EXPECT_EQ(layout.value_row_bytes(0), 48u + 4 * 2);
+  EXPECT_EQ(pool.bytes_per_block(KvPool::kFull), 2u * kBlock * (144 + 56));
+  EXPECT_EQ(pool.bytes_per_block(KvPool::kWindow), size_t{kBlock} * 2 * 128 * 4);
+  const int32_t a = pool.allocate(KvPool::kFull), b = pool.allocate(KvPool::kFull);
+  std::vector<unsigned char> bytes(pool.bytes_per_block(KvPool::kFull));
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 7 + 1);
+  pool.write_block(KvPool::kFull, a, bytes);
+  EXPECT_EQ(pool.read_block(KvPool::kFull, a), bytes);
+  EXPECT_EQ(pool.read_block(KvPool::kFull, b), std::vector<unsigned char>(bytes.size(), 0)) << "a fresh block is zeros";
+  // Layer 2's values: the last bytes of the block's string.
+  const size_t value_block = kBlock * layout.value_row_bytes(2);
+  EXPECT_EQ(std::memcmp(static_cast<unsigned char*>(pool.values(2)) + a * value_block,
+                        bytes.data() + bytes.size() - value_block, value_block), 0);
 }
 
 }  // namespace

@@ -1,0 +1,255 @@
+// How the KV cache stores one cached row (the keys, or the values, of one token in
+// one layer: KV heads × head dim elements), and the arithmetic that writes and reads
+// it — one definition for the CPU and CUDA backends (util/host_device.h), so both
+// store the same bits for the same row.
+//
+// A plain row is the backend's element type (f32 on the CPU, f16 on CUDA). A
+// quantized row is its codes — a bit stream, element i at bits [i·b, i·b + b), low
+// bits first (MLX's order for 4 bits) — padded to 4 bytes, then one parameter block
+// per group of `group` elements (groups never straddle heads: group divides head_dim):
+//   affine (4 or 8 bits): f16 scale s, f16 bias b; x ≈ s·q + b, with s = (max − min) /
+//     (2^b − 1) and b = min rounded to f16 first and q = round((x − b) / s);
+//   fp8: f32 scale s = amax / 448; x ≈ s · e4m3(x / s);
+//   Lloyd-Max (2, 3 or 4 bits, the values of TurboQuant): f16 r = the group's RMS;
+//     x ≈ r · c_q, c the Lloyd-Max centroids of a unit Gaussian. Its rows are rotated
+//     first: per head, channels sign-flipped by a fixed pattern, then a Walsh–Hadamard
+//     transform scaled by 1/√head_dim (orthonormal, its own inverse), so a head's
+//     values are near Gaussian; attention sums rotated values and un-rotates its
+//     output once (kv_unrotate).
+// Zero bytes decode to zeros in every codec (a fresh block reads as 0, never NaN).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+#include "tensor/float_bits.h"
+#include "util/host_device.h"
+
+namespace kettle {
+
+constexpr int kMaxKvHeadDim = 512;  // a rotated head is transformed in a buffer of this size
+
+struct KvRowCodec {
+  enum class Format : uint8_t { kPlain, kAffine, kFp8, kLloydMax };
+  Format format = Format::kPlain;
+  DType element = DType::kF32;  // kPlain: the stored element type
+  int bits = 0;                 // kAffine: 4 or 8; kFp8: 8; kLloydMax: 2, 3 or 4
+  int group = 0;                // elements per parameter block
+  bool rotated = false;         // kLloydMax: rows rotated per head before coding
+
+  KETTLE_HD bool quantized() const { return format != Format::kPlain; }
+  KETTLE_HD size_t code_bytes(int64_t width) const {
+    return (static_cast<size_t>(width) * static_cast<size_t>(bits) / 8 + 3) / 4 * 4;
+  }
+  KETTLE_HD size_t group_param_bytes() const { return format == Format::kLloydMax ? 2 : 4; }
+  KETTLE_HD size_t row_bytes(int64_t width) const {
+    if (!quantized()) return static_cast<size_t>(width) * dtype_size_hd(element);
+    return code_bytes(width) + static_cast<size_t>(width / group) * group_param_bytes();
+  }
+  KETTLE_HD static size_t dtype_size_hd(DType d) { return d == DType::kF32 ? 4 : d == DType::kF8E4M3 ? 1 : 2; }
+  // (Spelled out: nvcc builds this header as C++17.)
+  bool operator==(const KvRowCodec& o) const {
+    return format == o.format && element == o.element && bits == o.bits && group == o.group && rotated == o.rotated;
+  }
+  bool operator!=(const KvRowCodec& o) const { return !(*this == o); }
+};
+
+// A layer's keys and values.
+struct KvCodec {
+  KvRowCodec key, value;
+  bool operator==(const KvCodec& o) const { return key == o.key && value == o.value; }
+  bool operator!=(const KvCodec& o) const { return !(*this == o); }
+};
+
+// --- bit streams ---
+
+KETTLE_HD uint32_t kv_code(const uint8_t* codes, int64_t bit, int bits) {
+  const int64_t byte = bit >> 3;
+  const int shift = static_cast<int>(bit & 7);
+  uint32_t word = codes[byte];
+  if (shift + bits > 8) word |= static_cast<uint32_t>(codes[byte + 1]) << 8;
+  return (word >> shift) & ((1u << bits) - 1);
+}
+
+KETTLE_HD void kv_put_code(uint8_t* codes, int64_t bit, int bits, uint32_t q) {
+  const int64_t byte = bit >> 3;
+  const int shift = static_cast<int>(bit & 7);
+  const uint32_t word = q << shift;
+  codes[byte] = static_cast<uint8_t>(codes[byte] | (word & 0xffu));
+  if (shift + bits > 8) codes[byte + 1] = static_cast<uint8_t>(codes[byte + 1] | (word >> 8));
+}
+
+// --- Lloyd-Max centroids of a unit Gaussian (Max, 1960), ascending ---
+
+KETTLE_HD float kv_lloyd_level(int bits, int index) {
+  const int half = 1 << (bits - 1);
+  const int k = index >= half ? index - half : half - 1 - index;  // distance from the middle
+  float level = 0.0f;
+  if (bits == 2) {
+    level = k == 0 ? 0.4528f : 1.5104f;
+  } else if (bits == 3) {
+    level = k == 0 ? 0.24509f : k == 1 ? 0.75601f : k == 2 ? 1.34391f : 2.15195f;
+  } else {
+    switch (k) {
+      case 0: level = 0.1284f; break;
+      case 1: level = 0.3881f; break;
+      case 2: level = 0.6568f; break;
+      case 3: level = 0.9424f; break;
+      case 4: level = 1.2562f; break;
+      case 5: level = 1.6181f; break;
+      case 6: level = 2.0690f; break;
+      default: level = 2.7326f; break;
+    }
+  }
+  return index >= half ? level : -level;
+}
+
+// The centroid nearest u (a tie to the lower one).
+KETTLE_HD uint32_t kv_lloyd_code(int bits, float u) {
+  const int levels = 1 << bits;
+  uint32_t q = 0;
+  for (int i = 0; i + 1 < levels; ++i)
+    if (u > 0.5f * (kv_lloyd_level(bits, i) + kv_lloyd_level(bits, i + 1))) q = static_cast<uint32_t>(i + 1);
+  return q;
+}
+
+// --- one group ---
+
+// Codes and parameters of elements x[0, group) of a row's group g. `codes` is the row's
+// code region, zero where this group's codes go.
+KETTLE_HD void kv_encode_group(const KvRowCodec& c, const float* x, int64_t g, uint8_t* codes, uint8_t* params) {
+  const int n = c.group;
+  const int64_t first_bit = g * n * c.bits;
+  uint8_t* p = params + g * static_cast<int64_t>(c.group_param_bytes());
+  if (c.format == KvRowCodec::Format::kAffine) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; ++i) lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+    const float max_q = static_cast<float>((1 << c.bits) - 1);
+    const float scale = fminf((hi - lo) / max_q, 65504.0f);
+    const uint16_t s16 = f32_to_half_bits(scale), b16 = f32_to_half_bits(fmaxf(fminf(lo, 65504.0f), -65504.0f));
+    memcpy(p, &s16, 2);
+    memcpy(p + 2, &b16, 2);
+    const float s = half_bits_to_f32(s16), b = half_bits_to_f32(b16);
+    for (int i = 0; i < n; ++i) {
+      const float q = s > 0.0f ? fminf(fmaxf(rintf((x[i] - b) / s), 0.0f), max_q) : 0.0f;
+      kv_put_code(codes, first_bit + i * c.bits, c.bits, static_cast<uint32_t>(q));
+    }
+  } else if (c.format == KvRowCodec::Format::kFp8) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    const float s = amax / 448.0f;
+    memcpy(p, &s, 4);
+    for (int i = 0; i < n; ++i) codes[first_bit / 8 + i] = s > 0.0f ? f32_to_e4m3_bits(x[i] / s) : 0;
+  } else {  // Lloyd-Max
+    float squares = 0.0f;
+    for (int i = 0; i < n; ++i) squares += KETTLE_MUL(x[i], x[i]);
+    const uint16_t r16 = f32_to_half_bits(sqrtf(squares / static_cast<float>(n)));
+    memcpy(p, &r16, 2);
+    const float r = half_bits_to_f32(r16);
+    for (int i = 0; i < n; ++i)
+      kv_put_code(codes, first_bit + i * c.bits, c.bits, kv_lloyd_code(c.bits, r > 0.0f ? x[i] / r : 0.0f));
+  }
+}
+
+// Element i of a quantized row of `width` elements.
+KETTLE_HD float kv_decode(const KvRowCodec& c, const uint8_t* row, int64_t width, int64_t i) {
+  const int64_t g = i / c.group;
+  const uint8_t* p = row + c.code_bytes(width) + g * static_cast<int64_t>(c.group_param_bytes());
+  if (c.format == KvRowCodec::Format::kAffine) {
+    uint16_t s16, b16;
+    memcpy(&s16, p, 2);
+    memcpy(&b16, p + 2, 2);
+    const float q = static_cast<float>(kv_code(row, i * c.bits, c.bits));
+    return KETTLE_MUL(half_bits_to_f32(s16), q) + half_bits_to_f32(b16);
+  }
+  if (c.format == KvRowCodec::Format::kFp8) {
+    float s;
+    memcpy(&s, p, 4);
+    return KETTLE_MUL(e4m3_bits_to_f32(row[i]), s);
+  }
+  uint16_t r16;
+  memcpy(&r16, p, 2);
+  return KETTLE_MUL(kv_lloyd_level(c.bits, static_cast<int>(kv_code(row, i * c.bits, c.bits))), half_bits_to_f32(r16));
+}
+
+// --- rotation (Lloyd-Max rows) ---
+
+KETTLE_HD bool kv_rotation_flips(int channel) { return ((static_cast<uint32_t>(channel) * 0x9E3779B1u) >> 31) != 0; }
+
+// v[0, n) ← H v / √n, H the Sylvester Hadamard matrix of order n (a power of two).
+KETTLE_HD void kv_hadamard(float* v, int n) {
+  for (int len = 1; len < n; len <<= 1)
+    for (int i = 0; i < n; i += 2 * len)
+      for (int j = i; j < i + len; ++j) {
+        const float a = v[j], b = v[j + len];
+        v[j] = a + b;
+        v[j + len] = a - b;
+      }
+  const float scale = 1.0f / sqrtf(static_cast<float>(n));
+  for (int i = 0; i < n; ++i) v[i] = KETTLE_MUL(v[i], scale);
+}
+
+// One head's values into the rotated basis, and back.
+KETTLE_HD void kv_rotate(float* v, int n) {
+  for (int i = 0; i < n; ++i)
+    if (kv_rotation_flips(i)) v[i] = -v[i];
+  kv_hadamard(v, n);
+}
+KETTLE_HD void kv_unrotate(float* v, int n) {
+  kv_hadamard(v, n);
+  for (int i = 0; i < n; ++i)
+    if (kv_rotation_flips(i)) v[i] = -v[i];
+}
+
+// --- whole rows (quantized codecs) ---
+
+// Row x[0, width) of heads of head_dim elements into `row` (row_bytes(width) bytes).
+KETTLE_HD void kv_encode_row(const KvRowCodec& c, const float* x, int64_t width, int head_dim, uint8_t* row) {
+  const size_t code_bytes = c.code_bytes(width);
+  for (size_t i = 0; i < code_bytes; ++i) row[i] = 0;
+  uint8_t* params = row + code_bytes;
+  const int64_t groups_per_head = head_dim / c.group;
+  float head[kMaxKvHeadDim];
+  for (int64_t h = 0; h * head_dim < width; ++h) {
+    const float* src = x + h * head_dim;
+    if (c.rotated) {
+      for (int i = 0; i < head_dim; ++i) head[i] = src[i];
+      kv_rotate(head, head_dim);
+      src = head;
+    }
+    for (int64_t g = 0; g < groups_per_head; ++g) kv_encode_group(c, src + g * c.group, h * groups_per_head + g, row, params);
+  }
+}
+
+// Elements [begin, begin + count) of a quantized row of `width` elements into out, a group's
+// parameters read once (rotated rows stay rotated).
+KETTLE_HD void kv_decode_span(const KvRowCodec& c, const uint8_t* row, int64_t width, int64_t begin, int64_t count,
+                              float* out) {
+  const uint8_t* params = row + c.code_bytes(width);
+  for (int64_t i = begin, end = begin + count; i < end;) {
+    const int64_t g = i / c.group, group_end = (g + 1) * c.group < end ? (g + 1) * c.group : end;
+    const uint8_t* p = params + g * static_cast<int64_t>(c.group_param_bytes());
+    if (c.format == KvRowCodec::Format::kAffine) {
+      uint16_t s16, b16;
+      memcpy(&s16, p, 2);
+      memcpy(&b16, p + 2, 2);
+      const float s = half_bits_to_f32(s16), b = half_bits_to_f32(b16);
+      for (; i < group_end; ++i)
+        out[i - begin] = KETTLE_MUL(s, static_cast<float>(kv_code(row, i * c.bits, c.bits))) + b;
+    } else if (c.format == KvRowCodec::Format::kFp8) {
+      float s;
+      memcpy(&s, p, 4);
+      for (; i < group_end; ++i) out[i - begin] = KETTLE_MUL(e4m3_bits_to_f32(row[i]), s);
+    } else {
+      uint16_t r16;
+      memcpy(&r16, p, 2);
+      const float r = half_bits_to_f32(r16);
+      for (; i < group_end; ++i)
+        out[i - begin] = KETTLE_MUL(kv_lloyd_level(c.bits, static_cast<int>(kv_code(row, i * c.bits, c.bits))), r);
+    }
+  }
+}
+
+}  // namespace kettle
