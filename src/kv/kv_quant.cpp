@@ -7,16 +7,22 @@
 namespace kettle {
 namespace {
 
-constexpr int kAffineGroup = 64, kTurboGroup = 32;
+constexpr int kAffineGroup = 64, kTurboGroup = 32, kSmallestGroup = 8;
 
-bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+// Groups never straddle heads: the widest group up to `wanted` that divides head_dim
+// (64 for heads of 64, 128 or 256; 32 for 96; 16 for 80).
+int group_for(const KvQuant& q, int64_t layer, int64_t head_dim, int wanted) {
+  for (int group = wanted; group >= kSmallestGroup; group /= 2)
+    if (head_dim % group == 0) return group;
+  fail(ErrorCategory::kInvalidArgument, "--kv-quant {}: layer {}'s heads are {} wide, which no group of {} to {} divides",
+       q.name(), layer, head_dim, kSmallestGroup, wanted);
+}
 
-// A codec of `group` elements per parameter block fits heads of head_dim when the group
-// divides them (groups never straddle heads).
-void check_group(const KvQuant& q, int64_t layer, int64_t head_dim, int group) {
-  if (group <= 0 || head_dim % group != 0)
-    fail(ErrorCategory::kInvalidArgument,
-         "--kv-quant {}: layer {}'s heads are {} wide, which groups of {} do not divide", q.name(), layer, head_dim, group);
+// The largest power of two dividing head_dim (the whole head when it is one), up to kMaxKvHeadDim.
+int rotation_block(int64_t head_dim) {
+  int block = 1;
+  while (head_dim % (2 * block) == 0 && 2 * block <= kMaxKvHeadDim) block *= 2;
+  return block;
 }
 
 }  // namespace
@@ -41,7 +47,8 @@ std::string kv_codec_name(const KvRowCodec& c) {
     case KvRowCodec::Format::kAffine: return "affine" + std::to_string(c.bits) + "/" + std::to_string(c.group);
     case KvRowCodec::Format::kFp8: return "fp8/" + std::to_string(c.group);
     case KvRowCodec::Format::kLloydMax:
-      return "lloyd-max" + std::to_string(c.bits) + "/" + std::to_string(c.group) + (c.rotated ? " rotated" : "");
+      return "lloyd-max" + std::to_string(c.bits) + "/" + std::to_string(c.group) +
+             (c.rotation > 0 ? " rotated/" + std::to_string(c.rotation) : "");
   }
   return "?";
 }
@@ -64,36 +71,36 @@ KvCodec KvQuant::codec_for(int64_t layer, KvLayer::Kind kind, int64_t head_dim, 
     case Mode::kOff: return {base, base};
     case Mode::kAffine8:
     case Mode::kAffine4: {
-      check_group(*this, layer, head_dim, kAffineGroup);
-      const KvRowCodec c = kv_affine_codec(mode == Mode::kAffine8 ? 8 : 4, kAffineGroup);
+      const KvRowCodec c = kv_affine_codec(mode == Mode::kAffine8 ? 8 : 4, group_for(*this, layer, head_dim, kAffineGroup));
       return {c, c};
     }
     case Mode::kFp8: {
-      check_group(*this, layer, head_dim, kAffineGroup);
       KvRowCodec c;
       c.format = KvRowCodec::Format::kFp8;
       c.bits = 8;
-      c.group = kAffineGroup;
+      c.group = group_for(*this, layer, head_dim, kAffineGroup);
       return {c, c};
     }
     case Mode::kTurbo: {
       if (kind != KvLayer::Kind::kFull) return {base, base};
-      check_group(*this, layer, head_dim, kTurboGroup);
-      if (!is_power_of_two(head_dim) || head_dim > kMaxKvHeadDim)
-        fail(ErrorCategory::kInvalidArgument,
-             "--kv-quant {}: layer {}'s heads are {} wide; the value rotation needs a power of two up to {}", name(),
-             layer, head_dim, kMaxKvHeadDim);
+      if (head_dim > kMaxKvHeadDim)
+        fail(ErrorCategory::kInvalidArgument, "--kv-quant {}: layer {}'s heads are {} wide; turbo takes heads up to {}",
+             name(), layer, head_dim, kMaxKvHeadDim);
+      const int group = group_for(*this, layer, head_dim, kTurboGroup);
       KvRowCodec v;
       v.format = KvRowCodec::Format::kLloydMax;
       v.bits = value_bits;
-      v.group = kTurboGroup;
-      v.rotated = true;
-      return {kv_affine_codec(key_bits, kTurboGroup), v};
+      v.group = group;
+      v.rotation = rotation_block(head_dim);
+      return {kv_affine_codec(key_bits, group), v};
     }
     case Mode::kConfig:
       for (const LayerBits& l : layers) {
         if (l.layer != layer) continue;
-        check_group(*this, layer, head_dim, l.group_size);
+        if (head_dim % l.group_size != 0)
+          fail(ErrorCategory::kInvalidArgument,
+               "--kv-quant config: layer {}'s heads are {} wide, which its group_size {} does not divide", layer,
+               head_dim, l.group_size);
         const KvRowCodec c = kv_affine_codec(l.bits, l.group_size);
         return {c, c};
       }

@@ -45,9 +45,9 @@ std::unique_ptr<KvPool> make_kv_pool(const ModelSpec& spec, const std::vector<Ba
 }
 
 StandaloneRunner make_standalone_runner(const Model& model, const std::vector<Backend*>& backends,
-                                        KvPool::Options options) {
+                                        KvPool::Options options, const KvQuant& quant) {
   StandaloneRunner r;
-  r.pool = make_kv_pool(model.spec, backends, options);
+  r.pool = make_kv_pool(model.spec, backends, options, quant);
   r.runner = make_model_runner(model, backends, *r.pool);
   return r;
 }

@@ -95,6 +95,6 @@ struct StandaloneRunner {
   ModelRunner& operator*() const { return *runner; }
 };
 StandaloneRunner make_standalone_runner(const Model& model, const std::vector<Backend*>& backends,
-                                        KvPool::Options options = {});
+                                        KvPool::Options options = {}, const KvQuant& quant = {});
 
 }  // namespace kettle

@@ -13,9 +13,10 @@
 //   Lloyd-Max (2, 3 or 4 bits, the values of TurboQuant): f16 r = the group's RMS;
 //     x ≈ r · c_q, c the Lloyd-Max centroids of a unit Gaussian. Its rows are rotated
 //     first: per head, channels sign-flipped by a fixed pattern, then a Walsh–Hadamard
-//     transform scaled by 1/√head_dim (orthonormal, its own inverse), so a head's
-//     values are near Gaussian; attention sums rotated values and un-rotates its
-//     output once (kv_unrotate).
+//     transform of each block of `rotation` channels (the largest power of two dividing
+//     the head dim: the whole head for 64, 128 or 256) scaled by 1/√rotation
+//     (orthonormal, its own inverse), so a head's values are near Gaussian; attention
+//     sums rotated values and un-rotates its output once (kv_unrotate).
 // Zero bytes decode to zeros in every codec (a fresh block reads as 0, never NaN).
 #pragma once
 
@@ -37,7 +38,7 @@ struct KvRowCodec {
   DType element = DType::kF32;  // kPlain: the stored element type
   int bits = 0;                 // kAffine: 4 or 8; kFp8: 8; kLloydMax: 2, 3 or 4
   int group = 0;                // elements per parameter block
-  bool rotated = false;         // kLloydMax: rows rotated per head before coding
+  int rotation = 0;             // kLloydMax: channels per Hadamard block of a head's rotation; 0: none
 
   KETTLE_HD bool quantized() const { return format != Format::kPlain; }
   KETTLE_HD size_t code_bytes(int64_t width) const {
@@ -51,7 +52,7 @@ struct KvRowCodec {
   KETTLE_HD static size_t dtype_size_hd(DType d) { return d == DType::kF32 ? 4 : d == DType::kF8E4M3 ? 1 : 2; }
   // (Spelled out: nvcc builds this header as C++17.)
   bool operator==(const KvRowCodec& o) const {
-    return format == o.format && element == o.element && bits == o.bits && group == o.group && rotated == o.rotated;
+    return format == o.format && element == o.element && bits == o.bits && group == o.group && rotation == o.rotation;
   }
   bool operator!=(const KvRowCodec& o) const { return !(*this == o); }
 };
@@ -191,14 +192,14 @@ KETTLE_HD void kv_hadamard(float* v, int n) {
   for (int i = 0; i < n; ++i) v[i] = KETTLE_MUL(v[i], scale);
 }
 
-// One head's values into the rotated basis, and back.
-KETTLE_HD void kv_rotate(float* v, int n) {
+// One head of n channels into the rotated basis (Hadamard blocks of `block` channels), and back.
+KETTLE_HD void kv_rotate(float* v, int n, int block) {
   for (int i = 0; i < n; ++i)
     if (kv_rotation_flips(i)) v[i] = -v[i];
-  kv_hadamard(v, n);
+  for (int b = 0; b < n; b += block) kv_hadamard(v + b, block);
 }
-KETTLE_HD void kv_unrotate(float* v, int n) {
-  kv_hadamard(v, n);
+KETTLE_HD void kv_unrotate(float* v, int n, int block) {
+  for (int b = 0; b < n; b += block) kv_hadamard(v + b, block);
   for (int i = 0; i < n; ++i)
     if (kv_rotation_flips(i)) v[i] = -v[i];
 }
@@ -214,9 +215,9 @@ KETTLE_HD void kv_encode_row(const KvRowCodec& c, const float* x, int64_t width,
   float head[kMaxKvHeadDim];
   for (int64_t h = 0; h * head_dim < width; ++h) {
     const float* src = x + h * head_dim;
-    if (c.rotated) {
+    if (c.rotation > 0) {
       for (int i = 0; i < head_dim; ++i) head[i] = src[i];
-      kv_rotate(head, head_dim);
+      kv_rotate(head, head_dim, c.rotation);
       src = head;
     }
     for (int64_t g = 0; g < groups_per_head; ++g) kv_encode_group(c, src + g * c.group, h * groups_per_head + g, row, params);

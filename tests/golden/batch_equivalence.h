@@ -58,8 +58,9 @@ class TokenSink final : public GenerationSink {
 // `chunk` tokens per step in all, after the decodes; the prefix cache on.
 inline std::vector<std::vector<int32_t>> batched(const Model& model, const std::vector<Backend*>& backends,
                                                  const std::vector<std::vector<int32_t>>& prompts, int gen,
-                                                 int64_t chunk) {
+                                                 int64_t chunk, const KvQuant& kv_quant = {}) {
   EngineOptions options;
+  options.kv_quant = kv_quant;
   options.batch = static_cast<int>(prompts.size());
   options.prefill_chunk = chunk;
   options.prompt_cache_bytes = size_t{1} << 30;
@@ -89,20 +90,21 @@ inline std::vector<std::vector<int32_t>> batched(const Model& model, const std::
 }
 
 inline void expect_batched_equals_alone(const Model& model, const std::vector<Backend*>& batched_on, Backend& alone_on,
-                                        const std::vector<int32_t>& base) {
+                                        const std::vector<int32_t>& base, const KvQuant& kv_quant = {}) {
   const auto prompts = mixed_prompts(base, 10);
   constexpr int kGen = 12;
-  const auto together = batched(model, batched_on, prompts, kGen, 7);
-  StandaloneRunner reference = make_standalone_runner(model, {&alone_on});
+  const auto together = batched(model, batched_on, prompts, kGen, 7, kv_quant);
+  StandaloneRunner reference = make_standalone_runner(model, {&alone_on}, {}, kv_quant);
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(together[i], alone(*reference, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
 }
 
-// The golden case `name`'s model on `backend`: batching changes no token.
-inline void expect_batching_changes_no_token(Backend& backend, const std::string& name) {
+// The golden case `name`'s model on `backend`: batching changes no token (KV rows stored as
+// `kv_quant` says).
+inline void expect_batching_changes_no_token(Backend& backend, const std::string& name, const KvQuant& kv_quant = {}) {
   Golden g = read_golden(case_dir(name));
   Model model = load_model(model_dir(name));
-  expect_batched_equals_alone(model, {&backend}, backend, g.prompt);
+  expect_batched_equals_alone(model, {&backend}, backend, g.prompt, kv_quant);
 }
 
 }  // namespace kettle::golden

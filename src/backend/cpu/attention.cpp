@@ -103,9 +103,10 @@ void attention(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const K
   } else {
     attend(pool, q, n, ldq, kv, positions, p, out, ldo);
   }
-  if (kv.codec.value.rotated)
+  if (const int block = kv.codec.value.rotation; block > 0)
     pool.parallel_for(n * p.n_heads, 8, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) kv_unrotate(out + i / p.n_heads * ldo + i % p.n_heads * p.head_dim, p.head_dim);
+      for (int64_t i = begin; i < end; ++i)
+        kv_unrotate(out + i / p.n_heads * ldo + i % p.n_heads * p.head_dim, p.head_dim, block);
     });
 }
 

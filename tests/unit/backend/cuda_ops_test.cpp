@@ -128,7 +128,7 @@ TEST_F(CudaOpsTest, QkvRopeStoreWithNormsAndPartialRotationIntoPages) {
                              1e-6f, false};
         std::vector<float> q(static_cast<size_t>(n * qs), NAN), kc = cache.k, vc = cache.v;
         cpu_->qkv_rope_store(qkv.data(), n, ld, cpu_layout, pos.data(), RopeParams{inv.data(), rot, 1.2f}, q.data(),
-                             KvPages{kc.data(), vc.data(), kvs, block, tables.data(), stride});
+                             KvPages{kc.data(), vc.data(), kvs, block, tables.data(), stride, {}});
         QkvLayout gpu_layout = cpu_layout;
         gpu_layout.q_norm = norms ? &gqn : nullptr;
         gpu_layout.k_norm = norms ? &gkn : nullptr;
@@ -138,7 +138,7 @@ TEST_F(CudaOpsTest, QkvRopeStoreWithNormsAndPartialRotationIntoPages) {
         auto dq = poisoned(q.size());
         auto dk = kv_upload(*gpu_, cache.k), dv = kv_upload(*gpu_, cache.v);
         gpu_->qkv_rope_store(dqkv.data(), n, ld, gpu_layout, dpos.data(), RopeParams{dinv.data(), rot, 1.2f}, dq.data(),
-                             KvPages{dk.data(), dv.data(), kvs, block, dtables.data(), stride});
+                             KvPages{dk.data(), dv.data(), kvs, block, dtables.data(), stride, f16_rows()});
         const std::string what = "block " + std::to_string(block) + (shared ? " shared table" : " per-token tables") +
                                  " norms " + std::to_string(norms);
         EXPECT_LE(rel_err(down(dq), q), 1e-5) << what;
@@ -161,7 +161,7 @@ double paged_attention_error(Backend& cpu, Backend& gpu, const AttentionParams& 
   const int64_t stride = shared ? 0 : cache.stride;
   std::vector<float> ref(static_cast<size_t>(n * qs), NAN);
   auto ck = kv_rounded(gpu, cache.k), cv = kv_rounded(gpu, cache.v);  // the values the GPU holds
-  cpu.attention(q.data(), n, ldq, KvPages{ck.data(), cv.data(), cache.ld, cache.block_size, tables.data(), stride},
+  cpu.attention(q.data(), n, ldq, KvPages{ck.data(), cv.data(), cache.ld, cache.block_size, tables.data(), stride, {}},
                 pos.data(), max_kv, p, ref.data(), qs);
   const auto up = [&](const auto& host) {
     using T = typename std::decay_t<decltype(host)>::value_type;
@@ -174,7 +174,7 @@ double paged_attention_error(Backend& cpu, Backend& gpu, const AttentionParams& 
   auto dpos = up(pos);
   auto dtables = up(tables);
   auto dout = up(std::vector<float>(ref.size(), NAN));
-  gpu.attention(dq.data(), n, ldq, KvPages{dk.data(), dv.data(), cache.ld, cache.block_size, dtables.data(), stride},
+  gpu.attention(dq.data(), n, ldq, KvPages{dk.data(), dv.data(), cache.ld, cache.block_size, dtables.data(), stride, f16_rows()},
                 dpos.data(), max_kv, p, dout.data(), qs);
   std::vector<float> out(ref.size());
   gpu.to_host(out.data(), dout.data(), dout.bytes());
@@ -229,7 +229,7 @@ TEST_F(CudaOpsTest, AttentionPromptQueryIsTheSameBitsInAnyChunk) {
     auto dtable = up(cache.tables[0]);
     const auto run = [&](int64_t first, int64_t n) {
       auto out = poisoned(static_cast<size_t>(n * qs));
-      gpu_->attention(dq.data() + first * qs, n, qs, KvPages{dk.data(), dv.data(), cache.ld, 16, dtable.data(), 0},
+      gpu_->attention(dq.data() + first * qs, n, qs, KvPages{dk.data(), dv.data(), cache.ld, 16, dtable.data(), 0, f16_rows()},
                       dpos.data() + first, len, p, out.data(), qs);
       return down(out);
     };
@@ -470,7 +470,7 @@ TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
     auto dpos = up(pos);
     auto dtables = up(tables);
     auto dout = poisoned(static_cast<size_t>(seqs * heads * hd));
-    const KvPages kv{dk.data(), dv.data(), cache.ld, block, dtables.data(), cache.stride};
+    const KvPages kv{dk.data(), dv.data(), cache.ld, block, dtables.data(), cache.stride, f16_rows()};
     const double us = time_us(
         50, [&] { gpu_->attention(dq.data(), seqs, heads * hd, kv, dpos.data(), max_kv, p, dout.data(), heads * hd); });
     const double bytes =
@@ -490,7 +490,7 @@ TEST_F(CudaOpsTest, TimingSampleAndPagedDecodeAttention) {
     auto dpos = up(pos);
     auto dtable = up(cache.tables[0]);
     auto dout = poisoned(static_cast<size_t>(n * heads * hd));
-    const KvPages kv{dk.data(), dv.data(), cache.ld, block, dtable.data(), 0};
+    const KvPages kv{dk.data(), dv.data(), cache.ld, block, dtable.data(), 0, f16_rows()};
     const double us = time_us(
         5, [&] { gpu_->attention(dq.data(), n, heads * hd, kv, dpos.data(), keys, p, dout.data(), heads * hd); });
     // Causal: query t sees keys - n + t + 1 keys; 4 flops per (query, key, head, dim).

@@ -23,6 +23,13 @@
 
 namespace kettle::cuda_test {
 
+// The CUDA backend's plain KV rows (f16), for KvPages a test fills itself.
+inline KvCodec f16_rows() {
+  KvRowCodec rows;
+  rows.element = DType::kF16;
+  return {rows, rows};
+}
+
 inline std::vector<float> random_vec(size_t n, std::mt19937_64& rng, float scale = 1.0f) {
   std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 
 #include "backend/backend.h"
+#include "kv/kv_quant.h"
 
 namespace kettle {
 namespace {
@@ -79,7 +81,7 @@ TEST_P(OpsTest, QkvRopeStoreRotatesPartiallyIntoTheCache) {
   std::vector<int32_t> pos = {0, 7, 1000};
   std::vector<float> q(static_cast<size_t>(n * heads * hd), NAN), k(static_cast<size_t>(1024 * hd), NAN), v = k;
   const std::vector<int32_t> table = {0};
-  const KvPages pages{k.data(), v.data(), hd, 1024, table.data(), 0};
+  const KvPages pages{k.data(), v.data(), hd, 1024, table.data(), 0, {}};
   backend_->qkv_rope_store(x.data(), n, ld, QkvLayout{static_cast<int>(heads), 1, static_cast<int>(hd)}, pos.data(),
                            RopeParams{inv.data(), rot, 1.5f}, q.data(), pages);
   auto rotated = [&](int64_t t, int64_t head, int64_t i) {  // head 0..heads-1: q; heads: k
@@ -170,7 +172,7 @@ TEST_P(OpsTest, AttentionGqaWindowSoftcapThroughBlockTables) {
         std::vector<float> out(static_cast<size_t>(n * qs), NAN);
         std::vector<int32_t> positions;
         for (int64_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(start + t));
-        const KvPages pages{paged.k.data(), paged.v.data(), kvs, block, paged.table.data(), 0};
+        const KvPages pages{paged.k.data(), paged.v.data(), kvs, block, paged.table.data(), 0, {}};
         backend_->attention(q.data(), n, qs, pages, positions.data(), total, p, out.data(), qs);
         std::vector<double> ref;
         reference_attention(q, k, v, n, start, p, ref);
@@ -204,11 +206,131 @@ TEST_P(OpsTest, AttentionOneQueryPerSequence) {
     reference_attention(q, k, v, 1, total - 1, p, ref);
     refs.push_back(ref);
   }
-  const KvPages pages{pool_k.data(), pool_v.data(), kvs, static_cast<int>(block), tables.data(), stride};
+  const KvPages pages{pool_k.data(), pool_v.data(), kvs, static_cast<int>(block), tables.data(), stride, {}};
   backend_->attention(q_all.data(), 3, qs, pages, positions.data(), stride * block, p, out.data(), qs);
   for (size_t s = 0; s < lengths.size(); ++s) {
     std::vector<float> row(out.begin() + static_cast<int64_t>(s) * qs, out.begin() + static_cast<int64_t>(s + 1) * qs);
     EXPECT_LE(rel_err(row, refs[s]), 1e-5) << "sequence " << s;
+  }
+}
+
+// --- quantized KV rows (tensor/kv_codec.h) ---
+
+// The codecs the --kv-quant policies give a full-attention layer with heads of hd.
+std::vector<std::pair<std::string, KvCodec>> quantized_codecs(int hd) {
+  std::vector<std::pair<std::string, KvCodec>> out;
+  for (const char* name : {"8", "4", "fp8", "turbo", "turbo:k4v2"})
+    out.emplace_back(name, parse_kv_quant(name).codec_for(0, KvLayer::Kind::kFull, hd, DType::kF32));
+  return out;
+}
+
+// One head of rotated values back to the channel basis in double: per block of `block`
+// channels D · H · u / √block, H[i][j] = (−1)^popcount(i & j), D the codec's sign flips.
+void unrotate_reference(float* u, int n, int block) {
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  for (int i = 0; i < n; ++i) {
+    const int first = i / block * block;
+    for (int j = first; j < first + block; ++j)
+      out[static_cast<size_t>(i)] += (std::popcount(static_cast<unsigned>((i - first) & (j - first))) % 2 ? -1.0 : 1.0) * u[j];
+    out[static_cast<size_t>(i)] *= (kv_rotation_flips(i) ? -1.0 : 1.0) / std::sqrt(static_cast<double>(block));
+  }
+  for (int i = 0; i < n; ++i) u[i] = static_cast<float>(out[static_cast<size_t>(i)]);
+}
+
+// Rows [total, width] encoded into a shuffled pool of blocks, and the values those rows hold
+// (decoded; values un-rotated by the double reference), for the reference attention.
+struct QuantPaged {
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> table;
+  std::vector<float> k_held, v_held;
+};
+QuantPaged page_quantized(const KvCodec& c, const std::vector<float>& k, const std::vector<float>& v, int64_t total,
+                          int64_t width, int hd, int block, unsigned seed) {
+  const int64_t blocks = (total + block - 1) / block;
+  QuantPaged out;
+  for (int64_t b = 0; b < blocks; ++b) out.table.push_back(static_cast<int32_t>(b + 1));
+  std::mt19937 rng(seed);
+  std::shuffle(out.table.begin(), out.table.end(), rng);
+  const size_t kb = c.key.row_bytes(width), vb = c.value.row_bytes(width);
+  out.k.assign(static_cast<size_t>((blocks + 1) * block) * kb, 0xff);  // poison: rows never written stay unread
+  out.v.assign(static_cast<size_t>((blocks + 1) * block) * vb, 0xff);
+  out.k_held.resize(k.size());
+  out.v_held.resize(v.size());
+  for (int64_t r = 0; r < total; ++r) {
+    const int64_t row = out.table[static_cast<size_t>(r / block)] * int64_t{block} + r % block;
+    uint8_t* kr = out.k.data() + static_cast<size_t>(row) * kb;
+    uint8_t* vr = out.v.data() + static_cast<size_t>(row) * vb;
+    kv_encode_row(c.key, k.data() + r * width, width, hd, kr);
+    kv_encode_row(c.value, v.data() + r * width, width, hd, vr);
+    kv_decode_span(c.key, kr, width, 0, width, out.k_held.data() + r * width);
+    kv_decode_span(c.value, vr, width, 0, width, out.v_held.data() + r * width);
+    if (c.value.rotation > 0)
+      for (int64_t h = 0; h * hd < width; ++h) unrotate_reference(out.v_held.data() + r * width + h * hd, hd, c.value.rotation);
+  }
+  return out;
+}
+
+// Attention over quantized rows equals attention over the values they hold (double
+// reference), for a prompt chunk and for one query per sequence; the chunk's queries get the
+// same bits as each alone.
+TEST_P(OpsTest, AttentionReadsQuantizedRows) {
+  for (const int hd : {64, 48}) {  // 48: groups of 16, rotation blocks of 16
+    for (const auto& [name, codec] : quantized_codecs(hd)) {
+      for (int window : {0, 6}) {
+        AttentionParams p{4, 2, hd, 0.125f, 0.0f, window};
+        const int64_t start = 11, n = 6, total = start + n, qs = 4 * hd, kvs = 2 * hd;
+        const int block = 4;
+        const auto q = random_vec(static_cast<size_t>(n * qs), 60);
+        const auto k = random_vec(static_cast<size_t>(total * kvs), 61);
+        const auto v = random_vec(static_cast<size_t>(total * kvs), 62);
+        QuantPaged paged = page_quantized(codec, k, v, total, kvs, hd, block, 63);
+        std::vector<int32_t> positions;
+        for (int64_t t = 0; t < n; ++t) positions.push_back(static_cast<int32_t>(start + t));
+        const KvPages chunk{paged.k.data(), paged.v.data(), kvs, block, paged.table.data(), 0, codec};
+        std::vector<float> out(static_cast<size_t>(n * qs), NAN);
+        backend_->attention(q.data(), n, qs, chunk, positions.data(), total, p, out.data(), qs);
+        std::vector<double> ref;
+        reference_attention(q, paged.k_held, paged.v_held, n, start, p, ref);
+        EXPECT_LE(rel_err(out, ref), 2e-5) << name << " window " << window;
+        // Each query alone, through a table row of its own (the decode path).
+        const auto table_stride = static_cast<int64_t>(paged.table.size());
+        std::vector<int32_t> tables;
+        for (int64_t t = 0; t < n; ++t) tables.insert(tables.end(), paged.table.begin(), paged.table.end());
+        const KvPages rows{paged.k.data(), paged.v.data(), kvs, block, tables.data(), table_stride, codec};
+        std::vector<float> alone(out.size(), NAN);
+        backend_->attention(q.data(), n, qs, rows, positions.data(), total, p, alone.data(), qs);
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(alone[i]), std::bit_cast<uint32_t>(out[i])) << name << " " << i;
+      }
+    }
+  }
+}
+
+// qkv_rope_store into quantized rows stores exactly the codec's encoding of the rows it
+// stores plain.
+TEST_P(OpsTest, QkvRopeStoreEncodesRowsAsTheCodec) {
+  const int64_t n = 5, heads = 4, kv_heads = 2, hd = 64, width = (heads + 2 * kv_heads) * hd, kvs = kv_heads * hd;
+  const auto x = random_vec(static_cast<size_t>(n * width), 70);
+  std::vector<float> inv(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) inv[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / hd);
+  const std::vector<int32_t> pos = {0, 1, 2, 9, 30}, table = {0};
+  const QkvLayout layout{static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(hd)};
+  std::vector<float> q(static_cast<size_t>(n * heads * hd)), k_plain(static_cast<size_t>(32 * kvs)), v_plain = k_plain;
+  backend_->qkv_rope_store(x.data(), n, width, layout, pos.data(), RopeParams{inv.data(), static_cast<int>(hd), 1.0f},
+                           q.data(), KvPages{k_plain.data(), v_plain.data(), kvs, 32, table.data(), 0, {}});
+  for (const auto& [name, codec] : quantized_codecs(static_cast<int>(hd))) {
+    std::vector<uint8_t> k(32 * codec.key.row_bytes(kvs)), v(32 * codec.value.row_bytes(kvs));
+    std::vector<float> q2(q.size());
+    backend_->qkv_rope_store(x.data(), n, width, layout, pos.data(), RopeParams{inv.data(), static_cast<int>(hd), 1.0f},
+                             q2.data(), KvPages{k.data(), v.data(), kvs, 32, table.data(), 0, codec});
+    EXPECT_EQ(q2, q) << name;
+    for (int32_t row : pos) {
+      std::vector<uint8_t> want_k(codec.key.row_bytes(kvs)), want_v(codec.value.row_bytes(kvs));
+      kv_encode_row(codec.key, k_plain.data() + row * kvs, kvs, static_cast<int>(hd), want_k.data());
+      kv_encode_row(codec.value, v_plain.data() + row * kvs, kvs, static_cast<int>(hd), want_v.data());
+      EXPECT_TRUE(std::equal(want_k.begin(), want_k.end(), k.begin() + row * static_cast<int64_t>(want_k.size()))) << name << " row " << row;
+      EXPECT_TRUE(std::equal(want_v.begin(), want_v.end(), v.begin() + row * static_cast<int64_t>(want_v.size()))) << name << " row " << row;
+    }
   }
 }
 

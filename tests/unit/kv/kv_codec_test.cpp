@@ -33,12 +33,12 @@ KvRowCodec fp8_codec() {
   return c;
 }
 
-KvRowCodec lloyd_codec(int bits, bool rotated) {
+KvRowCodec lloyd_codec(int bits, int rotation) {
   KvRowCodec c;
   c.format = KvRowCodec::Format::kLloydMax;
   c.bits = bits;
   c.group = 32;
-  c.rotated = rotated;
+  c.rotation = rotation;
   return c;
 }
 
@@ -135,7 +135,7 @@ TEST(KvCodec, Fp8CodesAreTheNearestE4m3OfTheScaledValues) {
 
 TEST(KvCodec, LloydMaxCodesAreTheNearestCentroidsAtTheGroupsRms) {
   for (int bits : {2, 3, 4}) {
-    const KvRowCodec c = lloyd_codec(bits, false);
+    const KvRowCodec c = lloyd_codec(bits, 0);
     const auto x = gaussian(128, 5 + bits, 0.7f);
     std::vector<uint8_t> row(c.row_bytes(128));
     kv_encode_row(c, x.data(), 128, 128, row.data());
@@ -157,22 +157,26 @@ TEST(KvCodec, LloydMaxCodesAreTheNearestCentroidsAtTheGroupsRms) {
   }
 }
 
+// A head of n channels in Hadamard blocks of `block`: y_i = Σ_j H[i][j] · sign_j · x_j / √block
+// over j in i's block, H[i][j] = (−1)^popcount(i & j).
 TEST(KvCodec, TheRotationIsTheSignedHadamardMatrixScaled) {
-  for (int n : {64, 128, 256}) {
+  for (const auto& [n, block] : {std::pair{64, 64}, std::pair{128, 128}, std::pair{256, 256}, std::pair{96, 32}}) {
     auto x = gaussian(static_cast<size_t>(n), 6);
     std::vector<float> y = x;
-    kv_rotate(y.data(), n);
+    kv_rotate(y.data(), n, block);
     double norm_x = 0, norm_y = 0;
     for (int i = 0; i < n; ++i) {
-      double want = 0;  // Σ_j H[i][j] · sign_j · x_j / √n, H[i][j] = (−1)^popcount(i & j)
-      for (int j = 0; j < n; ++j)
-        want += (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) * (kv_rotation_flips(j) ? -1.0 : 1.0) * x[j];
-      want /= std::sqrt(static_cast<double>(n));
+      double want = 0;
+      const int first = i / block * block;
+      for (int j = first; j < first + block; ++j)
+        want += (std::popcount(static_cast<unsigned>((i - first) & (j - first))) % 2 ? -1.0 : 1.0) *
+                (kv_rotation_flips(j) ? -1.0 : 1.0) * x[j];
+      want /= std::sqrt(static_cast<double>(block));
       EXPECT_NEAR(y[i], want, 1e-5) << n << ", " << i;
       norm_x += static_cast<double>(x[i]) * x[i], norm_y += static_cast<double>(y[i]) * y[i];
     }
     EXPECT_NEAR(norm_y, norm_x, 1e-4 * norm_x);
-    kv_unrotate(y.data(), n);
+    kv_unrotate(y.data(), n, block);
     for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
   }
 }
@@ -184,8 +188,8 @@ double round_trip_error(const KvRowCodec& c, const std::vector<float>& x, int he
   kv_encode_row(c, x.data(), width, head_dim, row.data());
   std::vector<float> back(x.size());
   kv_decode_span(c, row.data(), width, 0, width, back.data());
-  if (c.rotated)
-    for (int64_t h = 0; h * head_dim < width; ++h) kv_unrotate(back.data() + h * head_dim, head_dim);
+  if (c.rotation > 0)
+    for (int64_t h = 0; h * head_dim < width; ++h) kv_unrotate(back.data() + h * head_dim, head_dim, c.rotation);
   double d = 0, n = 0;
   for (size_t i = 0; i < x.size(); ++i) d += (back[i] - x[i]) * (back[i] - x[i]), n += x[i] * x[i];
   return std::sqrt(d / n);
@@ -197,13 +201,14 @@ TEST(KvCodec, EachCodecRoundTripsWithinItsBound) {
   EXPECT_LT(round_trip_error(kv_affine_codec(4, 64), x, 128), 0.10);
   EXPECT_LT(round_trip_error(kv_affine_codec(8, 32), x, 128), 0.005);
   EXPECT_LT(round_trip_error(fp8_codec(), x, 128), 0.04);
-  EXPECT_LT(round_trip_error(lloyd_codec(3, true), x, 128), 0.20);  // Lloyd-Max 3 bits: √0.0345 ≈ 0.186
-  EXPECT_LT(round_trip_error(lloyd_codec(4, true), x, 128), 0.11);
-  EXPECT_LT(round_trip_error(lloyd_codec(2, true), x, 128), 0.36);
+  EXPECT_LT(round_trip_error(lloyd_codec(3, 128), x, 128), 0.20);  // Lloyd-Max 3 bits: √0.0345 ≈ 0.186
+  EXPECT_LT(round_trip_error(lloyd_codec(4, 128), x, 128), 0.11);
+  EXPECT_LT(round_trip_error(lloyd_codec(2, 128), x, 128), 0.36);
+  EXPECT_LT(round_trip_error(lloyd_codec(3, 32), x, 128), 0.20);
 }
 
 TEST(KvCodec, ZeroBytesDecodeToZeros) {
-  for (const KvRowCodec& c : {kv_affine_codec(8, 64), kv_affine_codec(4, 64), fp8_codec(), lloyd_codec(3, true)}) {
+  for (const KvRowCodec& c : {kv_affine_codec(8, 64), kv_affine_codec(4, 64), fp8_codec(), lloyd_codec(3, 128)}) {
     std::vector<uint8_t> row(c.row_bytes(128), 0);
     std::vector<float> out(128, 1.0f);
     kv_decode_span(c, row.data(), 128, 0, 128, out.data());
@@ -240,9 +245,16 @@ TEST(KvCodec, PolicySpellings) {
       EXPECT_NE(std::string(e.what()).find("--kv-quant"), std::string::npos) << e.what();
     }
   }
-  // A head its groups do not divide, and a rotation of a head that is no power of two.
-  EXPECT_THROW(parse_kv_quant("8").codec_for(3, KvLayer::Kind::kFull, 80, DType::kF32), Error);
-  EXPECT_THROW(parse_kv_quant("turbo").codec_for(3, KvLayer::Kind::kFull, 96, DType::kF32), Error);
+  // Heads of other widths take the widest group that divides them (groups never straddle
+  // heads) and rotate in the largest power-of-two blocks that do; none at all is refused.
+  EXPECT_EQ(parse_kv_quant("8").codec_for(3, KvLayer::Kind::kFull, 96, DType::kF32).key.group, 32);
+  EXPECT_EQ(parse_kv_quant("4").codec_for(3, KvLayer::Kind::kFull, 80, DType::kF32).key.group, 16);
+  EXPECT_EQ(parse_kv_quant("fp8").codec_for(3, KvLayer::Kind::kFull, 256, DType::kF32).key.group, 64);
+  const KvCodec turbo96 = parse_kv_quant("turbo").codec_for(3, KvLayer::Kind::kFull, 96, DType::kF32);
+  EXPECT_EQ(turbo96.value.group, 32);
+  EXPECT_EQ(turbo96.value.rotation, 32);
+  EXPECT_EQ(parse_kv_quant("turbo").codec_for(3, KvLayer::Kind::kFull, 128, DType::kF32).value.rotation, 128);
+  EXPECT_THROW(parse_kv_quant("8").codec_for(3, KvLayer::Kind::kFull, 20, DType::kF32), Error);
 }
 
 }  // namespace
