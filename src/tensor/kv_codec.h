@@ -118,11 +118,13 @@ KETTLE_HD uint32_t kv_lloyd_code(int bits, float u) {
 
 // --- one group ---
 
-// Codes and parameters of elements x[0, group) of a row's group g. `codes` is the row's
-// code region, zero where this group's codes go.
+// Codes and parameters of elements x[0, group) of a row's group g (`codes`: the row's code
+// region). A group's codes fill whole bytes of their own (group · bits is a multiple of 8),
+// so groups may be written in parallel.
 KETTLE_HD void kv_encode_group(const KvRowCodec& c, const float* x, int64_t g, uint8_t* codes, uint8_t* params) {
   const int n = c.group;
   const int64_t first_bit = g * n * c.bits;
+  for (int i = 0; i < n * c.bits / 8; ++i) codes[first_bit / 8 + i] = 0;
   uint8_t* p = params + g * static_cast<int64_t>(c.group_param_bytes());
   if (c.format == KvRowCodec::Format::kAffine) {
     float lo = x[0], hi = x[0];
@@ -209,7 +211,7 @@ KETTLE_HD void kv_unrotate(float* v, int n, int block) {
 // Row x[0, width) of heads of head_dim elements into `row` (row_bytes(width) bytes).
 KETTLE_HD void kv_encode_row(const KvRowCodec& c, const float* x, int64_t width, int head_dim, uint8_t* row) {
   const size_t code_bytes = c.code_bytes(width);
-  for (size_t i = 0; i < code_bytes; ++i) row[i] = 0;
+  for (size_t i = static_cast<size_t>(width) * static_cast<size_t>(c.bits) / 8; i < code_bytes; ++i) row[i] = 0;  // padding
   uint8_t* params = row + code_bytes;
   const int64_t groups_per_head = head_dim / c.group;
   float head[kMaxKvHeadDim];

@@ -12,6 +12,7 @@
 #include "engine/engine_core.h"
 #include "golden/batch_equivalence.h"
 #include "golden/golden_cases.h"
+#include "kv/kv_quant.h"
 #include "model/model.h"
 #include "model/model_runner.h"
 
@@ -88,6 +89,15 @@ TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoToken) { expect_batching_chang
 TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoTokenBatchInvariant) {
   auto invariant = make_backend("cuda", 1);
   expect_batching_changes_no_token(*invariant, GetParam());
+}
+
+// And under each --kv-quant mode (the batch-invariant plan, as serve runs by default).
+TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoTokenUnderEachKvQuant) {
+  auto invariant = make_backend("cuda", 1);
+  for (const char* mode : {"8", "4", "fp8", "turbo"}) {
+    SCOPED_TRACE(std::string("--kv-quant ") + mode);
+    expect_batching_changes_no_token(*invariant, GetParam(), parse_kv_quant(mode));
+  }
 }
 
 // A long prompt (8,192 tokens, past the tiny models' 4,096 positions: the limit is

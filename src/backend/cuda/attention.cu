@@ -5,7 +5,7 @@
 // for the group), its 4 warps walking the chunk in tiles of 32 keys, on the
 // tensor cores. A warp copies its tile's f16 key and value rows into shared
 // memory with asynchronous 16-byte copies (all in flight at once: one memory
-// round trip); then S = Q·Kᵀ and O = P·V are m16n8k16 MMAs (the G heads are
+// round trip), or decodes quantized rows into f16 there (kv_rows.cuh); then S = Q·Kᵀ and O = P·V are m16n8k16 MMAs (the G heads are
 // the 16 rows; rows past G are zero), with Q and P each split into two f16
 // halves (x = hi + lo) so the products keep about 22 significant bits, as
 // close to f32 as the CUDA-core kernel this replaced; scores, softmax and sums
@@ -21,6 +21,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paging.cuh"
 
@@ -109,12 +110,20 @@ __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* tabl
   const int stride = padded_row(hd), steps = (hd + 15) / 16;
   {
     const int64_t j = j0 + lane;
-    rows[lane] = j >= begin && j < end ? kv.row(table, static_cast<int>(j)) * kv.ld + head_offset : -1;
+    const bool visible = j >= begin && j < end;
+    // Quantized rows: the pool row (read_tile finds the head in it); f16 rows: the element.
+    rows[lane] = !visible ? -1 : kv.quantized ? kv.row(table, static_cast<int>(j))
+                                               : kv.row(table, static_cast<int>(j)) * kv.ld + head_offset;
   }
   __syncwarp();
-  copy_tile(kv.k, rows, hd, aligned, k_tile, lane);
-  copy_tile(kv.v, rows, hd, aligned, v_tile, lane);
-  copies_done();
+  if (kv.quantized) {
+    read_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, k_tile, lane);
+    read_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, v_tile, lane);
+  } else {
+    copy_tile(kv.k, rows, hd, aligned, k_tile, lane);
+    copy_tile(kv.v, rows, hd, aligned, v_tile, lane);
+    copies_done();
+  }
   __syncwarp();
 
   // S = Q·Kᵀ: 16 head rows × the tile's 32 keys as four 8-key MMA tiles.
@@ -403,7 +412,21 @@ int64_t splits_for(int64_t max_kv) {
   return std::clamp<int64_t>((max_kv + kChunk - 1) / kChunk, 1, kMaxSplits);
 }
 
+// grid (n, n_heads): one thread per head turns its rotated output back (kv_unrotate).
+__global__ void unrotate_heads_kernel(float* out, int64_t n, int n_heads, int hd, int64_t ldo, int block) {
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y * blockDim.x + threadIdx.x;
+  if (t < n && h < n_heads) kv_unrotate(out + t * ldo + static_cast<int64_t>(h) * hd, hd, block);
+}
+
 }  // namespace
+
+void unrotate_heads(float* out, int64_t n, int n_heads, int head_dim, int64_t ldo, int block, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int kThreads = 32;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((n_heads + kThreads - 1) / kThreads));
+  launch(unrotate_heads_kernel, grid, kThreads, 0, stream, out, n, n_heads, head_dim, ldo, block);
+}
 
 void allow_shared_memory(const void* kernel, int bytes) {
   static std::mutex mutex;

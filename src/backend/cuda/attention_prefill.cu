@@ -20,6 +20,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paging.cuh"
 
@@ -57,6 +58,23 @@ __device__ __forceinline__ float exp2_fast(float x) {
 __device__ __forceinline__ void load_kv_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
                                              bool aligned, int k0, int lo, int hi, __half* k_tile, __half* v_tile) {
   const int stride = padded_row(hd), width = (hd + 15) / 16 * 16;
+  if (kv.quantized) {  // rows decoded into f16 as they land (kv_rows.cuh)
+    const int pieces = width / 8;
+    for (int i = threadIdx.x; i < kKeyTile * pieces; i += blockDim.x) {
+      const int key = i / pieces, part = i % pieces, j = k0 + key;
+      __half* dk = k_tile + key * stride + part * 8;
+      __half* dv = v_tile + key * stride + part * 8;
+      if (j >= lo && j <= hi && part * 8 < hd) {
+        const int64_t row = kv.row(table, j), first = head_offset + part * 8;
+        read_piece8(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, row, first, dk);
+        read_piece8(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, row, first, dv);
+      } else {
+        *reinterpret_cast<uint4*>(dk) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(dv) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    return;
+  }
   if (aligned) {
     const int pieces = width / 8, real = hd / 8;
     for (int i = threadIdx.x; i < kKeyTile * pieces; i += blockDim.x) {

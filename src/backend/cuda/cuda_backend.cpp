@@ -121,8 +121,17 @@ void CudaBackend::attention(const float* q, int64_t n, int64_t ldq, const KvPage
   if (cuda::attention_prefill_supported(params, kv)) {
     cuda::attention_prefill(q, n, ldq, kv, positions, params, out, ldo, stream_);
     check_launch("attention_prefill");
-    return;
+  } else {
+    decode_attention(q, n, ldq, kv, positions, max_kv, params, out, ldo);
   }
+  if (const int block = kv.codec.value.rotation; block > 0) {  // values stored rotated: the output turns back once
+    cuda::unrotate_heads(out, n, params.n_heads, params.head_dim, ldo, block, stream_);
+    check_launch("unrotate_heads");
+  }
+}
+
+void CudaBackend::decode_attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+                                   int64_t max_kv, const AttentionParams& params, float* out, int64_t ldo) {
   const size_t partial_bytes = static_cast<size_t>(cuda::attention_partial_floats(n, max_kv, params)) * sizeof(float);
   auto* partial = static_cast<float*>(grow(attention_ws_, partial_bytes));
   // Arrival counters live apart from the partials: zero when made, left zero by every call.

@@ -78,6 +78,11 @@ class CudaBackend final : public Backend {
   // not come again, and holding them would double the pool's footprint.
   void release(void* data, size_t bytes) override;
   DType kv_dtype() const override { return DType::kF16; }  // paging.cuh
+  // f16 rows, or quantized rows of any codec (kv_rows.cuh): groups of 8 or more, so the
+  // kernels' 8-element pieces never straddle one.
+  bool runs_kv(const KvRowCodec& rows) const override {
+    return rows.quantized() ? rows.group % 8 == 0 : rows.element == DType::kF16;
+  }
   size_t free_memory() override;
   // Small copies (a step's token ids and positions, its logits or next id) go through
   // pinned memory, so they are true async DMAs rather than staged pageable copies.
@@ -265,6 +270,9 @@ class CudaBackend final : public Backend {
   }
 
   static void check_pages(const KvPages& kv, const char* op);
+  // attention's split-K path (one table per query).
+  void decode_attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
+                        int64_t max_kv, const AttentionParams& params, float* out, int64_t ldo);
 
   // Device table [gate pointers | up pointers | down pointers] for one layer's experts.
   const cuda::Bf16** expert_table(const std::vector<ExpertWeights>& experts);

@@ -149,6 +149,10 @@ void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const 
                const AttentionParams& p, float* out, int64_t ldo, float* partial, unsigned* arrivals,
                cudaStream_t stream);
 
+// Rotated attention outputs (values stored rotated, tensor/kv_codec.h) back to the channel
+// basis: each of n rows' n_heads heads, in Hadamard blocks of `block`.
+void unrotate_heads(float* out, int64_t n, int n_heads, int head_dim, int64_t ldo, int block, cudaStream_t stream);
+
 // ---- attention_prefill.cu: many queries of one sequence, tensor cores (head_dim ≤ 256) ------
 // Only for kv.table_stride == 0: every query reads the one block table at kv.tables.
 bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv);

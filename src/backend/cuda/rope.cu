@@ -1,10 +1,12 @@
 // RoPE (HF rotate_half layout, angles as float32 position × float32 inv_freq,
 // as torch computes them) and the fused step after the q/k/v projection:
 // per-head q/k RMSNorm, rotation, q to its buffer, k and v into the cache row
-// of the token's position through its block table, as f16 (positions and tables are
-// read from device memory, so a recorded step can be replayed at the next position).
+// of the token's position through its block table, as f16 or encoded by the layer's
+// codec (kv_rows.cuh) (positions and tables are read from device memory, so a recorded
+// step can be replayed at the next position).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.cuh"
 #include "backend/cuda/paging.cuh"
 
 namespace kettle::cuda {
@@ -60,6 +62,11 @@ __global__ void __launch_bounds__(kHeadThreads)
   if (is_q) {
     float* dst = q_out + (t * n_heads + h) * head_dim;
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = head[i];
+  } else if (const KvRowCodec& codec = is_k ? kv.key_codec : kv.value_codec; kv.quantized && codec.quantized()) {
+    const int kv_head = is_k ? h - n_heads : h - n_heads - n_kv_heads;
+    uint8_t* row = reinterpret_cast<uint8_t*>(is_k ? kv.k : kv.v) +
+                   kv.row(kv.table(t), static_cast<int>(pos)) * (is_k ? kv.key_row_bytes : kv.value_row_bytes);
+    encode_head(codec, head, kv_head, head_dim, kv.ld, row);
   } else {
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) cached[i] = __float2half_rn(head[i]);
   }

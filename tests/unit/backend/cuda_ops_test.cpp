@@ -6,6 +6,7 @@
 // The KV cache is paged: tables shuffled, unused pool rows NaN.
 #include <cstring>
 
+#include "kv/kv_quant.h"
 #include "unit/backend/cuda_test_support.h"
 
 namespace kettle::cuda_test {
@@ -147,6 +148,67 @@ TEST_F(CudaOpsTest, QkvRopeStoreWithNormsAndPartialRotationIntoPages) {
         EXPECT_LE(rel_err(kv_download(*gpu_, dk), kc), kv_bound) << what;
         EXPECT_LE(rel_err(kv_download(*gpu_, dv), vc), kv_bound) << what;
       }
+    }
+  }
+}
+
+// Quantized KV rows (--kv-quant): the GPU's store writes exactly the bytes the codec's host
+// encoding gives the same rows (no norm, no rotary dims: the rows as projected), and both
+// attention kernels — the prompt chunk's and the decode's — read those bytes as the CPU's
+// attention does (itself checked against a double reference in ops_test) within f16's
+// rounding of the decoded values.
+TEST_F(CudaOpsTest, QuantizedKvRowsAreStoredAsTheCodecAndReadAsOnTheCpu) {
+  const int heads = 8, kv_heads = 2, hd = 128, block = 16;
+  const int64_t n = 40, width = (heads + 2 * kv_heads) * hd, qs = heads * hd, kvs = kv_heads * hd;
+  const int64_t blocks = (n + block - 1) / block;
+  std::vector<int32_t> table, pos;
+  for (int64_t b = 0; b < blocks; ++b) table.push_back(static_cast<int32_t>(blocks - b));  // block 0 unused, reversed
+  for (int64_t t = 0; t < n; ++t) pos.push_back(static_cast<int32_t>(t));
+  const std::vector<float> no_rotation = {1.0f};
+  auto dtable = up(table), dpos = up(pos);
+  auto dinv = up(no_rotation);
+  for (const char* mode : {"8", "4", "fp8", "turbo", "turbo:k4v2"}) {
+    const KvCodec codec = parse_kv_quant(mode).codec_for(0, KvLayer::Kind::kFull, hd, DType::kF16);
+    ASSERT_TRUE(gpu_->runs_kv(codec.key) && gpu_->runs_kv(codec.value)) << mode;
+    const size_t kb = codec.key.row_bytes(kvs), vb = codec.value.row_bytes(kvs);
+    const size_t pool_rows = static_cast<size_t>((blocks + 1) * block);
+    auto qkv = random_vec(static_cast<size_t>(n * width), rng_);
+    BackendArray<uint8_t> dk(*gpu_, pool_rows * kb), dv(*gpu_, pool_rows * vb);
+    const std::vector<uint8_t> zeros(std::max(dk.size(), dv.size()), 0);
+    gpu_->to_device(dk.data(), zeros.data(), dk.bytes());
+    gpu_->to_device(dv.data(), zeros.data(), dv.bytes());
+    auto dqkv = up(qkv);
+    auto dq = poisoned(static_cast<size_t>(n * qs));
+    const KvPages gpu_pages{dk.data(), dv.data(), kvs, block, dtable.data(), 0, codec};
+    gpu_->qkv_rope_store(dqkv.data(), n, width, QkvLayout{heads, kv_heads, hd}, dpos.data(), RopeParams{dinv.data(), 0, 1.0f},
+                         dq.data(), gpu_pages);
+    std::vector<uint8_t> k(dk.size()), v(dv.size());
+    gpu_->to_host(k.data(), dk.data(), dk.bytes());
+    gpu_->to_host(v.data(), dv.data(), dv.bytes());
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t row = table[static_cast<size_t>(t / block)] * int64_t{block} + t % block;
+      std::vector<uint8_t> want_k(kb), want_v(vb);
+      kv_encode_row(codec.key, qkv.data() + t * width + qs, kvs, hd, want_k.data());
+      kv_encode_row(codec.value, qkv.data() + t * width + qs + kvs, kvs, hd, want_v.data());
+      ASSERT_TRUE(std::equal(want_k.begin(), want_k.end(), k.begin() + row * static_cast<int64_t>(kb))) << mode << " keys of " << t;
+      ASSERT_TRUE(std::equal(want_v.begin(), want_v.end(), v.begin() + row * static_cast<int64_t>(vb))) << mode << " values of " << t;
+    }
+    // Attention over those bytes: the whole chunk (one shared table), then each query with a
+    // table of its own (the decode kernel).
+    const AttentionParams p{heads, kv_heads, hd, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f, 0};
+    auto q = random_vec(static_cast<size_t>(n * qs), rng_);
+    auto dq2 = up(q);
+    std::vector<int32_t> own_tables;
+    for (int64_t t = 0; t < n; ++t) own_tables.insert(own_tables.end(), table.begin(), table.end());
+    auto downs = up(own_tables);
+    for (const int64_t stride : {int64_t{0}, blocks}) {
+      std::vector<float> ref(static_cast<size_t>(n * qs), NAN);
+      cpu_->attention(q.data(), n, qs, KvPages{k.data(), v.data(), kvs, block, stride ? own_tables.data() : table.data(), stride, codec},
+                      pos.data(), n, p, ref.data(), qs);
+      auto dout = poisoned(ref.size());
+      gpu_->attention(dq2.data(), n, qs, KvPages{dk.data(), dv.data(), kvs, block, stride ? downs.data() : dtable.data(), stride, codec},
+                      dpos.data(), n, p, dout.data(), qs);
+      EXPECT_LE(rel_err(down(dout), ref), 2e-3) << mode << (stride ? " decode kernel" : " prompt kernel");
     }
   }
 }
