@@ -239,8 +239,15 @@ KETTLE_HD void kv_decode_span(const KvRowCodec& c, const uint8_t* row, int64_t w
       memcpy(&s16, p, 2);
       memcpy(&b16, p + 2, 2);
       const float s = half_bits_to_f32(s16), b = half_bits_to_f32(b16);
-      for (; i < group_end; ++i)
-        out[i - begin] = KETTLE_MUL(s, static_cast<float>(kv_code(row, i * c.bits, c.bits))) + b;
+      if (c.bits == 8) {  // the common widths without the bit stream's shifts (the same values)
+        for (; i < group_end; ++i) out[i - begin] = KETTLE_MUL(s, static_cast<float>(row[i])) + b;
+      } else if (c.bits == 4) {
+        for (; i < group_end; ++i)
+          out[i - begin] = KETTLE_MUL(s, static_cast<float>((row[i >> 1] >> ((i & 1) * 4)) & 0xf)) + b;
+      } else {
+        for (; i < group_end; ++i)
+          out[i - begin] = KETTLE_MUL(s, static_cast<float>(kv_code(row, i * c.bits, c.bits))) + b;
+      }
     } else if (c.format == KvRowCodec::Format::kFp8) {
       float s;
       memcpy(&s, p, 4);
