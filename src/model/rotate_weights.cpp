@@ -7,6 +7,7 @@
 #include <set>
 
 #include "model/weights.h"
+#include "tensor/hadamard.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -101,16 +102,8 @@ RandomHadamard::RandomHadamard(int64_t n, uint64_t seed) : n_(n) {
 void RandomHadamard::apply(float* x) const {
   std::vector<double> t(static_cast<size_t>(n_));
   for (int64_t i = 0; i < n_; ++i) t[i] = static_cast<double>(x[i]) * signs_[i];
-  for (int a = 0; a < m_; ++a) {  // Sylvester's factor: a Walsh–Hadamard transform of each length-p run
-    double* run = t.data() + a * p_;
-    for (int64_t len = 1; len < p_; len <<= 1)
-      for (int64_t i = 0; i < p_; i += 2 * len)
-        for (int64_t j = i; j < i + len; ++j) {
-          const double u = run[j], v = run[j + len];
-          run[j] = u + v;
-          run[j + len] = u - v;
-        }
-  }
+  for (int a = 0; a < m_; ++a)  // Sylvester's factor: a Walsh–Hadamard transform of each length-p run
+    walsh_hadamard(t.data() + a * p_, static_cast<int>(p_));
   const double scale = 1.0 / std::sqrt(static_cast<double>(n_));
   if (m_ == 1) {
     for (int64_t i = 0; i < n_; ++i) x[i] = static_cast<float>(t[i] * scale);

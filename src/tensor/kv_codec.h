@@ -26,6 +26,7 @@
 
 #include "tensor/dtype.h"
 #include "tensor/float_bits.h"
+#include "tensor/hadamard.h"
 #include "util/host_device.h"
 
 namespace kettle {
@@ -183,13 +184,7 @@ KETTLE_HD bool kv_rotation_flips(int channel) { return ((static_cast<uint32_t>(c
 
 // v[0, n) ← H v / √n, H the Sylvester Hadamard matrix of order n (a power of two).
 KETTLE_HD void kv_hadamard(float* v, int n) {
-  for (int len = 1; len < n; len <<= 1)
-    for (int i = 0; i < n; i += 2 * len)
-      for (int j = i; j < i + len; ++j) {
-        const float a = v[j], b = v[j + len];
-        v[j] = a + b;
-        v[j + len] = a - b;
-      }
+  walsh_hadamard(v, n);
   const float scale = 1.0f / sqrtf(static_cast<float>(n));
   for (int i = 0; i < n; ++i) v[i] = KETTLE_MUL(v[i], scale);
 }

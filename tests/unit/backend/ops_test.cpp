@@ -9,17 +9,12 @@
 
 #include "backend/backend.h"
 #include "kv/kv_quant.h"
+#include "support/random_values.h"
 
 namespace kettle {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+std::vector<float> random_vec(size_t n, uint64_t seed, float scale = 1.0f) { return test::gaussian_values(n, seed, scale); }
 
 // bf16 weights held for a Tensor view.
 struct Bf16Weight {

@@ -11,19 +11,15 @@
 
 #include "kv/kv_quant.h"
 #include "support/e4m3.h"
+#include "support/random_values.h"
 #include "tensor/kv_codec.h"
 #include "util/error.h"
 
 namespace kettle {
 namespace {
 
-std::vector<float> gaussian(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::gaussian_values;
+std::vector<float> gaussian(size_t n, uint64_t seed, float scale = 1.0f) { return gaussian_values(n, seed, scale); }
 
 KvRowCodec fp8_codec() {
   KvRowCodec c;
