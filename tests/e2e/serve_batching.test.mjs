@@ -55,6 +55,26 @@ test('32 concurrent requests equal each request run alone', async () => {
   assert.ok(together.some((r) => r.finish === 'length') && together.some((r) => r.tokens > 30));
 });
 
+// And with a quantized KV cache (turbo: keys 8-bit affine, values rotated 3-bit Lloyd-Max,
+// the most involved codec), its cached prefixes adopted by later requests.
+test('--kv-quant turbo: 32 concurrent requests equal each run alone on a serial server of the same cache', async () => {
+  const quantSerial = await startServer(['--batch', '1', '--prompt-cache', '0', '--kv-quant', 'turbo']);
+  const quantBatched = await startServer(['--batch', '32', '--kv-quant', 'turbo']);
+  try {
+    const reqs = requests();
+    const alone = [];
+    for (const r of reqs) alone.push(await run(quantSerial, r));
+    const together = await Promise.all(reqs.map((r) => run(quantBatched, r)));
+    for (let i = 0; i < reqs.length; i++) assert.deepEqual(together[i], alone[i], `request ${i}: ${JSON.stringify(reqs[i].body)}`);
+    const stats = await (await fetch(`${quantBatched.base}/stats`)).json();
+    assert.equal(stats.kv.quant, 'turbo:k8v3');
+    assert.ok(stats.prefix_cache.hits > 0, 'no request adopted a cached (quantized) prefix');
+  } finally {
+    stopServer(quantSerial);
+    stopServer(quantBatched);
+  }
+});
+
 test('a long prompt prefilled in chunks beside running streams gives the same tokens', async () => {
   const chunked = await startServer(['--batch', '4', '--prefill-chunk', '64', '--prompt-cache', '0']);
   try {
