@@ -5,7 +5,8 @@
 // for the group), its 4 warps walking the chunk in tiles of 32 keys, on the
 // tensor cores. A warp copies its tile's f16 key and value rows into shared
 // memory with asynchronous 16-byte copies (all in flight at once: one memory
-// round trip), or decodes quantized rows into f16 there (kv_rows.cuh); then S = Q·Kᵀ and O = P·V are m16n8k16 MMAs (the G heads are
+// round trip), or decodes quantized rows into f16 there (kv_rows.cuh); then
+// S = Q·Kᵀ and O = P·V are m16n8k16 MMAs (the G heads are
 // the 16 rows; rows past G are zero), with Q and P each split into two f16
 // halves (x = hi + lo) so the products keep about 22 significant bits, as
 // close to f32 as the CUDA-core kernel this replaced; scores, softmax and sums
