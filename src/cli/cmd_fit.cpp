@@ -16,8 +16,8 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/memory_policy.h"
-#include "model/config.h"
 #include "kv/kv_pool.h"
+#include "model/config.h"
 #include "model/synthetic.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -146,8 +146,9 @@ int run_fit(const FitFlags& f) {
   }
   std::printf("%s: %lld position(s) × %lld sequence(s), %d rank(s)\n", source.c_str(), static_cast<long long>(ctx),
               static_cast<long long>(f.batch), f.tensor_parallel);
-  std::printf("per rank: weights %.2f GB, KV %.1f KiB per token\n", gb(out["weight_bytes_per_rank"].get<size_t>()),
-              static_cast<double>(out["kv_bytes_per_token_per_rank"].get<size_t>()) / 1024.0);
+  std::printf("per rank: weights %.2f GB, KV %.1f KiB per token (--kv-quant %s)\n",
+              gb(out["weight_bytes_per_rank"].get<size_t>()),
+              static_cast<double>(out["kv_bytes_per_token_per_rank"].get<size_t>()) / 1024.0, flags.kv_quant.name().c_str());
   if (f.skus) {
     std::printf("| GPU | memory GB | needs GB per rank | fits | max context | predicted decode tok/s |\n|---|---|---|---|---|---|\n");
     for (const auto& row : out["skus"])

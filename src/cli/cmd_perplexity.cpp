@@ -79,7 +79,7 @@ int run_perplexity(const PerplexityFlags& flags) {
                           {"stride", stride},           {"perplexity", r.perplexity},
                           {"mean_nll", r.mean_nll},     {"scored_tokens", r.scored_tokens},
                           {"windows", r.windows},       {"seconds", r.seconds},
-                          {"kv_quant", f.kv_quant.value}};
+                          {"kv_quant", options.kv_quant.name()}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("perplexity %.4f over %lld tokens (context %lld, stride %lld, %lld windows, %.1f s)\n", r.perplexity,

@@ -1,14 +1,13 @@
 // Shared flag parsing helpers.
 #include "cli/options.h"
 
-#include "model/kv_config.h"
-
 #include <algorithm>
 #include <charconv>
 
 #include <unistd.h>
 
 #include "model/hf_cache.h"
+#include "model/kv_config.h"
 #include "tensor/affine_quant.h"
 #include "util/error.h"
 #include "util/log.h"
