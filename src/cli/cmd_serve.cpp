@@ -1,6 +1,8 @@
 // `kettle serve [model]` (also bare `kettle`): load the model, start the engine
 // thread and the HTTP server (OpenAI and Anthropic APIs, the chat page);
-// SIGINT/SIGTERM drain in-flight requests (--drain-timeout, 10 s), then exit 0. Signals reach a watcher thread through a
+// SIGINT/SIGTERM stop admission and drain in-flight requests (--drain-timeout, 10 s), then
+// write the prefix cache's blocks to the disk tier when there is one (--ssd-cache, bounded by
+// --shutdown-timeout, 120 s) and log what was written and what was not, then exit 0. Signals reach a watcher thread through a
 // self-pipe (OpenBLAS starts threads before main, so a sigwait mask cannot cover all).
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -84,6 +86,11 @@ struct ServeFlags {
   ThreadOption threads;
   DeviceOption device;
   KvQuantOption kv_quant;
+  std::string ssd_cache;            // empty: no disk tier
+  double ssd_cache_max_gb = 0.0;    // 0: unlimited
+  bool ssd_cache_verify = false;
+  double ssd_demote_idle = 300.0;
+  double shutdown_seconds = 120.0;
 };
 
 // Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
@@ -133,6 +140,14 @@ std::optional<ChatTemplate> load_chat_template(const std::string& folder) {
   }
 }
 
+// The durable part of a shutdown: every cached block to the disk tier, within the timeout.
+void write_cache_to_disk(Engine& engine, double timeout_seconds) {
+  const CacheFlushReport r = engine.flush_cache_to_disk(timeout_seconds);
+  log::info("ssd cache at shutdown: {}; {} entries written since start, {} blocks not on disk ({} still queued), "
+            "{} dropped, {} errors", r.durable ? "every cached block is on disk" : "NOT every cached block is on disk",
+            r.written, r.not_on_disk, r.queued, r.dropped, r.errors);
+}
+
 int run_serve(const ServeFlags& flags) {
   install_signal_pipe();
   std::signal(SIGPIPE, SIG_IGN);
@@ -180,6 +195,11 @@ int run_serve(const ServeFlags& flags) {
   engine_options.prompt_cache_bytes = memory.prompt_cache_bytes;
   engine_options.kv_block_size = flags.kv_block_size;
   engine_options.kv_quant = kv_quant;
+  engine_options.ssd.dir = flags.ssd_cache;
+  engine_options.ssd.max_bytes = static_cast<size_t>(flags.ssd_cache_max_gb * 1e9);
+  engine_options.ssd.verify = flags.ssd_cache_verify;
+  engine_options.ssd.demote_idle_seconds = flags.ssd_demote_idle;
+  config.flush_timeout_seconds = flags.shutdown_seconds;
   Engine engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
   http.bind(flags.host, flags.port);
@@ -206,6 +226,7 @@ int run_serve(const ServeFlags& flags) {
   http.listen();
   if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);  // wakes the watcher when listen ended on its own
   signal_thread.join();
+  if (!flags.ssd_cache.empty()) write_cache_to_disk(engine, flags.shutdown_seconds);
   engine.stop();
   log::info("server stopped");
   return 0;
@@ -285,6 +306,25 @@ Action register_serve(CLI::App& app) {
   f->threads.add_to(app);
   f->device.add_to(app);
   f->kv_quant.add_to(app);
+  CLI::Option* ssd = app.add_option("--ssd-cache", f->ssd_cache,
+                                    "directory for the prompt cache's disk tier: cached prefixes spill there when evicted "
+                                    "or idle and come back (also after a restart) instead of being prefilled");
+  app.add_option("--ssd-cache-max", f->ssd_cache_max_gb, "GB the disk tier may hold (least recently used go first); 0: unlimited")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(ssd);
+  app.add_flag("--ssd-cache-verify", f->ssd_cache_verify, "check every tensor's checksum when reading from the disk tier "
+               "(headers are always checked)")
+      ->needs(ssd);
+  app.add_option("--ssd-demote-idle", f->ssd_demote_idle,
+                 "seconds a cached prefix stays in memory unused before it moves to the disk tier; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(ssd);
+  app.add_option("--shutdown-timeout", f->shutdown_seconds,
+                 "seconds SIGINT/SIGTERM (after the drain) and POST /admin/cache/flush wait for the disk tier's writes")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   return [f] { return run_serve(*f); };
 }
 

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <chrono>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -24,6 +25,12 @@ struct Engine::Impl {
         kv_budget(core.kv_budget_bytes()),
         published(core.load()) {
     core.set_load_listener([this](const EngineLoad& load) { publish(load); });
+    if (SsdTier* tier = core.disk_tier())
+      tier->set_restore_listener([this] {
+        std::lock_guard lock(mutex);
+        restored = true;
+        wake.notify_one();
+      });
     thread = std::thread([this] { loop(); });
   }
 
@@ -45,7 +52,9 @@ struct Engine::Impl {
   mutable std::mutex mutex;                        // guards what follows
   std::condition_variable wake;
   std::deque<Submission> inbox;
-  std::vector<std::promise<int64_t>> flushes;
+  std::vector<std::promise<int64_t>> flushes;    // clear the cache
+  std::vector<std::promise<int64_t>> hand_offs;  // hand the cache to disk
+  bool restored = false;                          // a disk read is ready to take
   std::string cancel_reason;
   bool cancel = false, stopping = false;
   EngineLoad published;
@@ -55,14 +64,26 @@ struct Engine::Impl {
 void Engine::Impl::loop() {
   for (;;) {
     std::deque<Submission> arrived;
-    std::vector<std::promise<int64_t>> flush;
+    std::vector<std::promise<int64_t>> flush, hand_off;
     bool cancel_now = false, stop_now = false;
     std::string reason;
     {
       std::unique_lock lock(mutex);
-      wake.wait(lock, [&] { return stopping || cancel || !inbox.empty() || !flushes.empty() || !core.idle(); });
+      auto ready = [&] {
+        return stopping || cancel || restored || !inbox.empty() || !flushes.empty() || !hand_offs.empty() || core.has_work();
+      };
+      if (!ready() && core.disk_tier()) {  // idle: demote and write behind, then look again within a second
+        lock.unlock();
+        core.housekeeping();
+        lock.lock();
+        wake.wait_for(lock, std::chrono::seconds(1), ready);
+      } else {
+        wake.wait(lock, ready);
+      }
+      restored = false;
       arrived.swap(inbox);
       flush.swap(flushes);
+      hand_off.swap(hand_offs);
       std::swap(cancel_now, cancel);
       reason = cancel_reason;
       stop_now = stopping;
@@ -70,10 +91,11 @@ void Engine::Impl::loop() {
     for (Submission& s : arrived) core.submit(std::move(s.request), std::move(s.sink));
     if (cancel_now) core.cancel_all(reason);
     for (auto& done : flush) {
-      const int64_t dropped = core.flush_prefix_cache();
+      const int64_t dropped = core.clear_prefix_cache();
       publish(core.load());  // the flushing client's next /stats sees the cache empty
       done.set_value(dropped);
     }
+    for (auto& done : hand_off) done.set_value(core.hand_cache_to_disk());
     if (stop_now) core.drop_waiting("the server is shutting down");
     if (stop_now && core.idle()) break;
     core.step();  // publishes through the load listener
@@ -109,7 +131,7 @@ EngineLoad Engine::load() const {
   return impl_->published;
 }
 
-int64_t Engine::flush_prefix_cache() {
+int64_t Engine::clear_prefix_cache() {
   std::future<int64_t> done;
   {
     std::lock_guard lock(impl_->mutex);
@@ -119,6 +141,46 @@ int64_t Engine::flush_prefix_cache() {
     impl_->wake.notify_one();
   }
   return done.get();
+}
+
+// Asks the engine thread to hand the cache to disk; returns how many cached blocks are not on
+// disk yet (-1: the engine has stopped).
+int64_t Engine::hand_cache_to_disk() {
+  std::future<int64_t> done;
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (!impl_->thread.joinable()) return -1;
+    impl_->hand_offs.emplace_back();
+    done = impl_->hand_offs.back().get_future();
+    impl_->wake.notify_one();
+  }
+  return done.get();
+}
+
+CacheFlushReport Engine::flush_cache_to_disk(double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  SsdTier* tier = impl_->core.disk_tier();  // made with the core; its calls are thread-safe
+  CacheFlushReport report;
+  // Rounds of hand over, wait for the writes; until nothing is left, the time is up, or a
+  // round makes no progress (the disk refuses, or its cap evicts what was just written).
+  int64_t before = INT64_MAX;
+  for (;;) {
+    report.not_on_disk = hand_cache_to_disk();
+    if (report.not_on_disk <= 0 || tier == nullptr || report.not_on_disk >= before) break;
+    before = report.not_on_disk;
+    if (!tier->wait_written(deadline)) break;
+  }
+  if (tier) {
+    const SsdStats s = tier->stats();
+    report.queued = s.queued;
+    report.written = s.written;
+    report.dropped = s.dropped;
+    report.errors = s.errors;
+    report.spilling = s.spilling;
+  }
+  report.durable = report.not_on_disk == 0;
+  return report;
 }
 
 size_t Engine::kv_bytes(int64_t tokens) const { return impl_->core.kv_bytes(tokens); }  // layout arithmetic only

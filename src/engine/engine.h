@@ -36,8 +36,13 @@ class Engine {
   // Generations running and waiting, the KV pool and the prefix cache (refreshed after
   // every step).
   EngineLoad load() const;
-  // Drops the prefix-cache entries no running generation holds; returns how many.
-  int64_t flush_prefix_cache();
+  // Drops the prefix-cache entries no running generation holds, and every entry of its
+  // disk tier; returns how many.
+  int64_t clear_prefix_cache();
+  // The durability barrier: hands every cached block not on disk to the disk tier and
+  // waits (up to `timeout_seconds`) until they are written. Without a disk tier nothing
+  // is durable (unless the cache is empty).
+  CacheFlushReport flush_cache_to_disk(double timeout_seconds);
   // KV bytes admission counts for `tokens` positions, and the budget they are counted
   // against (0: none): a request needing more can never run.
   size_t kv_bytes(int64_t tokens) const;
@@ -49,6 +54,7 @@ class Engine {
   void stop();
 
  private:
+  int64_t hand_cache_to_disk();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
+#include "model/model_fingerprint.h"
 #include "model/rope_config.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -16,7 +18,7 @@
 namespace kettle {
 namespace {
 
-static_assert(EngineOptions{}.kv_block_size == KvPool::kDefaultBlockSize);
+static_assert(EngineOptions::kDefaultKvBlockSize == KvPool::kDefaultBlockSize);
 
 // A RoPE that changes with the sequence length (dynamic NTK) rotates cached keys for
 // another length than a fresh run would: no prefix reuse for those models.
@@ -30,6 +32,40 @@ std::unique_ptr<KvPool> pool_for(const Model& model, const std::vector<Backend*>
                            o.kv_quant);
   if (o.reserve_kv) pool->preallocate();
   return pool;
+}
+
+// Everything the bytes of a KV block depend on besides the tokens: the policy's name first
+// (the entry directory is named by it), each layer's kind, window and codecs, the block
+// size, the ranks and their share of the heads.
+std::string kv_layout_identity(const KvPool& pool, const std::string& policy, size_t ranks) {
+  const KvLayout& layout = pool.layout();
+  std::string text = fmt::format("{} block={} ranks={} heads={}x{}", policy, pool.block_size(), ranks, layout.kv_heads,
+                                 layout.head_dim);
+  for (const KvLayer& layer : layout.layers)
+    text += fmt::format(" {}{}:{}/{}", layer.kind == KvLayer::Kind::kFull ? "full" : layer.kind == KvLayer::Kind::kWindow ? "window" : "none",
+                        layer.kind == KvLayer::Kind::kWindow ? std::to_string(layer.window) : "",
+                        kv_codec_name(layer.codec.key), kv_codec_name(layer.codec.value));
+  return text;
+}
+
+std::string model_name(const std::string& source) {
+  std::filesystem::path p = std::filesystem::path(source).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+std::unique_ptr<SsdTier> tier_for(const Model& model, const KvPool& pool, const EngineOptions& o, bool cache_on) {
+  if (o.ssd.dir.empty()) return nullptr;
+  if (o.prompt_cache_bytes == 0)
+    fail(ErrorCategory::kInvalidArgument, "--ssd-cache needs the prompt cache (--prompt-cache above 0): it holds what "
+         "the disk tier keeps");
+  if (!cache_on)
+    fail(ErrorCategory::kUnsupported, "--ssd-cache: {} uses a RoPE that changes with the sequence length, so its "
+         "prefixes are never reused", model.source);
+  const ModelFingerprint fp = model_fingerprint(model.source);
+  return std::make_unique<SsdTier>(
+      o.ssd, SsdIdentity{model_name(model.source), fp.weights, fp.tokenizer,
+                         kv_layout_identity(pool, o.kv_quant.name(), pool.ranks())});
 }
 
 // Collects one generation's ids and end for generate().
@@ -65,6 +101,7 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
       backends_(backends),
       pool_(pool_for(model, backends, options)),
       runner_(make_model_runner(model, backends, *pool_)),
+      tier_(tier_for(model, *pool_, options, !any_rope_depends_on_length(model.spec))),
       prefix_cache_(options.prompt_cache_bytes > 0 && !any_rope_depends_on_length(model.spec)
                         ? std::make_unique<PrefixCache>(*pool_, options.prompt_cache_bytes)
                         : nullptr),
@@ -75,6 +112,8 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
   // Out of free blocks, the pool takes back cached ones nobody holds (least recently used
   // first). The engine's one thread makes every pool and cache call, this one included.
   if (prefix_cache_) pool_->set_reclaimer([this] { return prefix_cache_->evict_one(); });
+  if (prefix_cache_ && tier_) prefix_cache_->set_disk_tier(tier_.get());
+  demote_idle_seconds_ = options.ssd.demote_idle_seconds;
 }
 
 EngineCore::~EngineCore() = default;
@@ -91,10 +130,56 @@ void EngineCore::submit(GenerationRequest request, std::shared_ptr<GenerationSin
     if (!scheduler_.can_ever_fit(worst))
       fail(ErrorCategory::kResourceExhausted, "a prompt and max_tokens of {} positions need {} MiB of KV cache; the "
            "budget holds {} MiB", worst, kv_bytes(worst) >> 20, kv_admission_capacity() >> 20);
+    restore_prefix(*seq);
     scheduler_.enqueue(std::move(seq));
   } catch (const std::exception& e) {
     refuse(*sink, e);
   }
+}
+
+void EngineCore::restore_prefix(Sequence& seq) {
+  if (!tier_ || !prefix_cache_ || seq.reads_every_prompt_row()) return;
+  const uint64_t scope = seq.request().cache_scope;
+  const std::vector<Sha256Digest> digests = prefix_cache_->digests(seq.tokens(), scope);
+  const size_t first = prefix_cache_->blocks_in_memory(seq.tokens(), scope);
+  if (first >= digests.size()) return;
+  const std::span<const Sha256Digest> rest = std::span(digests).subspan(first);
+  const size_t n = tier_->on_disk(rest);
+  if (n == 0) return;
+  seq.restore_ticket = tier_->restore({rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(n)});
+  const auto bs = static_cast<size_t>(pool_->block_size());
+  restores_[seq.restore_ticket] = {std::vector<int32_t>(seq.tokens().begin(), seq.tokens().begin() +
+                                                                                  static_cast<std::ptrdiff_t>((first + n) * bs + 1)),
+                                   scope, first};
+}
+
+void EngineCore::take_restored() {
+  if (!tier_ || restores_.empty()) return;
+  for (SsdTier::Restored& done : tier_->take_restored()) {
+    auto it = restores_.find(done.ticket);
+    if (it == restores_.end()) continue;
+    try {
+      prefix_cache_->restore(it->second.prompt, it->second.scope, it->second.first, done.entries);
+    } catch (const std::exception& e) {  // a block that does not fit this pool: prefilled instead
+      log::warn("ssd cache: restoring a prefix failed: {}", e.what());
+    }
+    scheduler_.restored(done.ticket);
+    restores_.erase(it);
+  }
+}
+
+void EngineCore::housekeeping() {
+  if (!tier_ || !prefix_cache_) return;
+  take_restored();
+  if (demote_idle_seconds_ > 0) prefix_cache_->demote_idle(demote_idle_seconds_);
+  prefix_cache_->write_behind();
+}
+
+int64_t EngineCore::hand_cache_to_disk() {
+  if (!prefix_cache_) return 0;
+  if (!tier_) return prefix_cache_->stats().entries;
+  prefix_cache_->write_behind(/*again=*/true);
+  return prefix_cache_->not_on_disk();
 }
 
 void EngineCore::resume(const nlohmann::json& state, std::shared_ptr<GenerationSink> sink) {
@@ -110,6 +195,7 @@ void EngineCore::report_load() {
 }
 
 bool EngineCore::step() {
+  take_restored();
   if (!scheduler_.admit().empty()) report_load();
   StepPlan& plan = plan_;
   scheduler_.plan(plan);
@@ -282,7 +368,11 @@ void EngineCore::drop_waiting(const std::string& reason) {
   end(std::move(dropped));
 }
 
-int64_t EngineCore::flush_prefix_cache() { return prefix_cache_ ? prefix_cache_->clear() : 0; }
+int64_t EngineCore::clear_prefix_cache() {
+  int64_t n = prefix_cache_ ? prefix_cache_->clear() : 0;
+  if (tier_) n += tier_->clear();
+  return n;
+}
 
 EngineLoad EngineCore::load() const {
   EngineLoad load;
@@ -306,6 +396,12 @@ EngineLoad EngineCore::load() const {
   kv.budget_bytes = pool.max_bytes();
   kv.quant = kv_quant_name_;
   for (size_t i = 0; i < pool.layout().layers.size(); ++i) kv.bytes_per_token += pool.layout().token_bytes(i);
+  if (tier_) {
+    const SsdStats t = tier_->stats();
+    load.ssd = {true,      t.spilling, t.scanning,        t.entries,       t.bytes,        t.max_bytes,
+                t.hits,    t.restores, t.restore_bytes,   t.restore_seconds, t.written,    t.written_bytes,
+                t.queued,  t.queued_bytes, t.dropped,     t.errors,        t.removed};
+  }
   return load;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -60,8 +61,18 @@ class EngineCore {
   int running() const { return scheduler_.running(); }
   int waiting() const { return scheduler_.waiting(); }
   EngineLoad load() const;
-  // Drops the prefix-cache entries nobody holds; returns how many.
-  int64_t flush_prefix_cache();
+  // Drops the prefix-cache entries nobody holds (and every entry on disk); returns how many.
+  int64_t clear_prefix_cache();
+  // The disk tier (--ssd-cache), or null. Its calls are thread-safe.
+  SsdTier* disk_tier() { return tier_.get(); }
+  // While idle: cached blocks unused past --ssd-demote-idle leave memory for disk, and the
+  // rest are written behind. Nothing without a disk tier.
+  void housekeeping();
+  // Hands every cached block not on disk to the tier (those whose write failed too);
+  // returns how many cached blocks are not on disk yet.
+  int64_t hand_cache_to_disk();
+  // Something to run now (a waiting generation reading its prefix from disk is not).
+  bool has_work() const { return scheduler_.has_work(); }
   // Every generation ends (cancelled, with `reason`) at the next step.
   void cancel_all(const std::string& reason) { scheduler_.cancel_all(reason); }
   // Ends every waiting generation with an error (`reason`).
@@ -88,13 +99,25 @@ class EngineCore {
   const uint32_t* host_mask(Sequence& seq);
   int64_t mask_words() const { return (vocab_ + 31) / 32; }
   void report_load();
+  // A new generation's prefix blocks that are on disk and not in memory: read back first.
+  void restore_prefix(Sequence& seq);
+  // Puts the blocks read back since the last step into the prefix cache.
+  void take_restored();
 
   const Model& model_;
   const Tokenizer* tokenizer_;
   std::vector<Backend*> backends_;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<SsdTier> tier_;              // null: no disk tier; outlives the cache
   std::unique_ptr<PrefixCache> prefix_cache_;  // null: off
+  struct PendingRestore {
+    std::vector<int32_t> prompt;
+    uint64_t scope = 0;
+    size_t first = 0;  // the block the restored ones start at
+  };
+  std::map<int64_t, PendingRestore> restores_;  // by ticket
+  double demote_idle_seconds_ = 0.0;
   Scheduler scheduler_;
   int64_t vocab_;
   std::string kv_quant_name_;  // --kv-quant's spelling, for /stats

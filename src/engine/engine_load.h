@@ -31,11 +31,45 @@ struct PromptCacheLoad {
   size_t capacity_bytes = 0;
 };
 
+// The prefix cache's disk tier (--ssd-cache); all zero when there is none.
+struct SsdLoad {
+  bool enabled = false;
+  bool spilling = false;        // false once the disk refused a write
+  bool scanning = false;        // the start-up index scan is running
+  int64_t entries = 0;
+  size_t bytes = 0;
+  size_t max_bytes = 0;         // 0: unlimited
+  int64_t hits = 0;             // prompts that found blocks on disk
+  int64_t restores = 0;         // blocks read back
+  size_t restore_bytes = 0;
+  double restore_seconds = 0.0;
+  int64_t written = 0;
+  size_t written_bytes = 0;
+  int64_t queued = 0;           // the spill queue
+  size_t queued_bytes = 0;
+  int64_t dropped = 0;          // spills not taken (queue full, spilling stopped, shutdown)
+  int64_t errors = 0;
+  int64_t removed = 0;          // bad or foreign files removed, entries evicted past the cap
+};
+
 struct EngineLoad {
   int running = 0;  // generations on the engine now
   int queued = 0;   // waiting for it
   PromptCacheLoad prefix_cache;
   KvLoad kv;
+  SsdLoad ssd;
+};
+
+// What POST /admin/cache/flush (and a durable shutdown) found: durable when every block
+// the cache holds is on disk.
+struct CacheFlushReport {
+  bool durable = false;
+  int64_t not_on_disk = 0;  // cached blocks not (yet) on disk
+  int64_t queued = 0;       // of them, waiting to be written
+  int64_t written = 0;      // entries written since start
+  int64_t dropped = 0;
+  int64_t errors = 0;
+  bool spilling = false;
 };
 
 }  // namespace kettle

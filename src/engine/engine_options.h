@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kv/kv_quant.h"
+#include "kv/ssd_tier.h"
 
 namespace kettle {
 
@@ -16,8 +17,10 @@ struct EngineOptions {
   size_t kv_budget_bytes = 0;    // the KV pool's cap, per rank (memory_policy.h decides it); 0: none
   bool reserve_kv = false;       // allocate the whole budget at start (a GPU server does, as vLLM)
   size_t prompt_cache_bytes = 0;  // the prefix cache's cap (the blocks it alone keeps); 0: off
-  int kv_block_size = 16;        // tokens per KV block (and per cached prefix block)
+  static constexpr int kDefaultKvBlockSize = 16;
+  int kv_block_size = kDefaultKvBlockSize;  // tokens per KV block (and per cached prefix block)
   KvQuant kv_quant;              // how KV rows are stored (--kv-quant); the pool's, cached prefixes included
+  SsdOptions ssd;                // the prefix cache's disk tier (--ssd-cache); dir empty: none
 };
 
 }  // namespace kettle

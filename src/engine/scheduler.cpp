@@ -21,8 +21,12 @@ void Scheduler::enqueue(std::unique_ptr<Sequence> seq) { waiting_.push_back(std:
 
 std::vector<Sequence*> Scheduler::admit() {
   std::vector<Sequence*> admitted;
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.batch) {
-    Sequence& next = *waiting_.front();
+  for (auto it = waiting_.begin(); it != waiting_.end() && static_cast<int>(running_.size()) < options_.batch;) {
+    Sequence& next = **it;
+    if (next.restore_ticket != 0) {  // its prefix comes back from disk first; the others go on
+      ++it;
+      continue;
+    }
     // The oldest waits until its worst case fits beside the running ones (one that could
     // never fit is refused before it is queued).
     const size_t need = kv_bytes(next.prompt_size() + next.request().max_tokens);
@@ -30,12 +34,22 @@ std::vector<Sequence*> Scheduler::admit() {
     if (capacity > 0 && !running_.empty() && kv_in_use_ + need > capacity) break;
     kv_in_use_ += need;
     next.kv_reserved = need;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
     start(next);
     admitted.push_back(&next);
   }
   return admitted;
+}
+
+void Scheduler::restored(int64_t ticket) {
+  for (auto& seq : waiting_)
+    if (seq->restore_ticket == ticket) seq->restore_ticket = 0;
+}
+
+bool Scheduler::has_work() const {
+  return !running_.empty() ||
+         std::any_of(waiting_.begin(), waiting_.end(), [](const auto& seq) { return seq->restore_ticket == 0; });
 }
 
 void Scheduler::start(Sequence& seq) {

@@ -55,8 +55,11 @@ class Scheduler {
   size_t kv_bytes(int64_t tokens) const { return pool_.admission_bytes(tokens); }
 
   void enqueue(std::unique_ptr<Sequence> seq);
-  // Admits waiting sequences in order while they fit; returns those admitted now.
+  // Admits waiting sequences in order while they fit (passing over those whose prefix is
+  // still being read from disk); returns those admitted now.
   std::vector<Sequence*> admit();
+  // The sequences waiting on `ticket` (SsdTier::restore) may be admitted.
+  void restored(int64_t ticket);
   // Ends cancelled sequences (waiting ones too), then plans the next step of the others
   // into `plan` (its storage reused from step to step).
   void plan(StepPlan& plan);
@@ -82,6 +85,8 @@ class Scheduler {
   int running() const { return static_cast<int>(running_.size()); }
   int waiting() const { return static_cast<int>(waiting_.size()); }
   bool idle() const { return running_.empty() && waiting_.empty(); }
+  // Something to run now: a running sequence, or a waiting one not reading its prefix.
+  bool has_work() const;
   size_t kv_bytes_in_use() const { return kv_in_use_; }
   const std::vector<std::unique_ptr<Sequence>>& running_sequences() const { return running_; }
 

@@ -88,6 +88,7 @@ class Sequence {
   std::optional<KvCache> kv;
   PrefixCache::Hold prefix_hold;
   int64_t cached_tokens = 0;  // prompt positions adopted from the prefix cache
+  int64_t restore_ticket = 0;  // waiting for its prefix blocks to come back from disk (SsdTier); 0: not
   size_t kv_reserved = 0;     // bytes admitted against the KV budget
   double queue_seconds = 0.0;
   // Timing, from admission.

@@ -71,7 +71,7 @@ std::vector<unsigned char> KvPool::read_block(int kind, int32_t block) {
   return bytes;
 }
 
-void KvPool::write_block(int kind, int32_t block, const std::vector<unsigned char>& bytes) {
+void KvPool::write_block(int kind, int32_t block, std::span<const unsigned char> bytes) {
   if (bytes.size() != bytes_per_block(kind) * backends_.size())
     fail(ErrorCategory::kInvalidArgument, "a KV block of this pool is {} bytes, not {}",
          bytes_per_block(kind) * backends_.size(), bytes.size());

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "backend/backend_array.h"
@@ -51,6 +52,7 @@ class KvPool {
   KvPool& operator=(const KvPool&) = delete;
 
   int block_size() const { return block_size_; }
+  size_t ranks() const { return backends_.size(); }
   static constexpr int kNoBlocks = -1;  // kind_of a layer that caches nothing
   const KvLayout& layout() const { return layout_; }
   int kind_of(int64_t layer) const { return layer_kind_[static_cast<size_t>(layer)]; }
@@ -82,7 +84,7 @@ class KvPool {
   // for each layer of the kind: its keys' rows, then its values'), and back: what a
   // block is when it leaves the pool (the SSD tier) and returns into another block.
   std::vector<unsigned char> read_block(int kind, int32_t block);
-  void write_block(int kind, int32_t block, const std::vector<unsigned char>& bytes);
+  void write_block(int kind, int32_t block, std::span<const unsigned char> bytes);
   // Admission counts one kind (the full kind; the window kind in a model without one):
   // the bytes a sequence of `tokens` positions holds of it at most, and the pool's cap of it.
   size_t admission_bytes(int64_t tokens) const;

@@ -17,9 +17,16 @@
 // cache_salt, hashed by the server) has its own tree: requests share cached
 // blocks only within their scope, so `cached_tokens` tells a client nothing
 // about another scope's prompts.
+//
+// With a disk tier (SsdTier, --ssd-cache) each node is named by its prefix's
+// digest; a block that leaves memory (evicted, or demoted when unused for a
+// while) is handed to the tier unless it is on disk already, the engine writes
+// blocks behind while idle, and blocks read back from disk are put in the tree
+// (restore) so the next match adopts them.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -31,6 +38,7 @@
 
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
+#include "kv/ssd_tier.h"
 
 namespace kettle {
 
@@ -88,6 +96,24 @@ class PrefixCache {
   // As insert, for a sequence that has ended: nobody holds the path afterwards.
   void insert(std::span<const int32_t> tokens, const KvCache& kv, uint64_t scope = 0);
 
+  // The disk tier blocks leave for (may be null: none); it outlives the cache.
+  void set_disk_tier(SsdTier* tier) { tier_ = tier; }
+  // The digests of the whole blocks of `prompt` a match could adopt, in order.
+  std::vector<Sha256Digest> digests(std::span<const int32_t> prompt, uint64_t scope) const;
+  // How many blocks of `prompt` the tree holds now (no lookup counted, nothing touched).
+  size_t blocks_in_memory(std::span<const int32_t> prompt, uint64_t scope) const;
+  // Blocks read back from disk for `prompt` (entries[i] is block first + i): put in the
+  // tree where it lacks them, while the path leading to them is there.
+  void restore(std::span<const int32_t> prompt, uint64_t scope, size_t first, const std::vector<SsdEntry>& entries);
+  // Hands the tier every block it has not got yet (parents first), as many as it takes;
+  // returns how many it took. `again`: also those handed before whose write failed.
+  int64_t write_behind(bool again = false);
+  // Blocks the tree holds that are not on disk.
+  int64_t not_on_disk() const;
+  // Evicts the unheld leaves unused for `seconds` (and the parents that become such
+  // leaves); returns how many.
+  int64_t demote_idle(double seconds);
+
   // Evicts the least recently used leaf nobody holds; false when there is none.
   bool evict_one();
   // Drops every node nobody holds (the counters stay); returns how many it dropped.
@@ -105,6 +131,9 @@ class PrefixCache {
     std::array<int32_t, KvPool::kKinds> block{};     // 0: none held
     std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;
     uint64_t used = 0;                               // LRU clock
+    std::chrono::steady_clock::time_point used_at;   // when, for demotion
+    Sha256Digest digest{};                           // of the prefix it ends (roots: the scope's)
+    bool handed_to_disk = false;                     // given to the tier (written, or failed)
   };
   size_t bytes_of(const Node& node) const;
   void touch(Node& node);
@@ -115,10 +144,16 @@ class PrefixCache {
   void trim();  // evicts past the cap
   void drop_all(Node& node);
   bool usable_window(const std::vector<Node*>& path, size_t blocks) const;
-  void drop(Node& node);  // a leaf: releases its blocks and removes it
+  void drop(Node& node);  // a leaf: releases its blocks (to disk first, with a tier) and removes it
+  Node& root(uint64_t scope);
+  Node* add_child(Node& parent, std::vector<int32_t> key);
+  bool hand_to_disk(Node& node);
+  template <typename Visit>
+  void visit_breadth_first(Visit visit) const;
 
   KvPool& pool_;
   size_t capacity_;
+  SsdTier* tier_ = nullptr;
   std::map<uint64_t, Node> roots_;  // one tree per scope; a root without children is dropped
   std::set<std::pair<uint64_t, Node*>> leaves_;  // unheld leaves by last use
   uint64_t clock_ = 0;

@@ -1,5 +1,5 @@
-// Routes (the chat page, /health, /stats, /metrics, /admin/cache/flush,
-// /v1/models, the generation routes) and what every route shares: access
+// Routes (the chat page, /health, /stats, /metrics, /admin/cache/flush (the
+// disk tier's durability barrier) and /admin/cache/clear, /v1/models, the generation routes) and what every route shares: access
 // (Host, Origin, API key, admin from loopback), 404 and 405 with Allow, CORS
 // preflight, security headers, errors in the OpenAI shape, and the drain on
 // shutdown. Generation routes live in generation_handler.cpp.
@@ -46,6 +46,7 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/models", "GET", false},
     {"/v1/models/", "GET", false, true},
     {"/admin/cache/flush", "POST", false},
+    {"/admin/cache/clear", "POST", false},
     {"/v1/chat/completions", "POST", false},
     {"/v1/completions", "POST", false},
     {"/v1/messages", "POST", false},
@@ -61,6 +62,19 @@ const RouteSpec* find_route(const std::string& path) {
 }
 
 http::Response json_response(int status, std::string body) { return http::Response(status, "application/json", std::move(body)); }
+
+// 200 when every cached block is on disk; 503 with the counts when not.
+http::Response flush_response(const CacheFlushReport& r) {
+  nlohmann::json body = {{"durable", r.durable},     {"not_on_disk", r.not_on_disk}, {"queued", r.queued},
+                         {"written", r.written},     {"dropped", r.dropped},         {"errors", r.errors},
+                         {"spilling", r.spilling}};
+  if (!r.durable)
+    body["error"] = {{"message", fmt::format("{} cached blocks are not on disk ({})", r.not_on_disk,
+                                             r.spilling ? "the disk tier did not finish in time, or there is none"
+                                                        : "the disk tier stopped writing or there is none")},
+                     {"type", "unavailable"}};
+  return json_response(r.durable ? 200 : 503, body.dump());
+}
 
 // The page runs only its own inline code, talks only to this server, and is never framed.
 void add_page_headers(http::Response& r) {
@@ -132,7 +146,7 @@ void HttpServer::route(const std::shared_ptr<http::Exchange>& exchange) {
     if (path.rfind("/admin/", 0) == 0) access_.check_admin(req);
     if (path == "/v1/responses/") return answer_stored_response(ex, req.path.substr(path.size()));
     const bool generation = path.rfind("/v1/", 0) == 0 && path.rfind("/v1/models", 0) != 0;
-    if (!generation && path != "/admin/cache/flush") return answer_quick(ex, path);
+    if (!generation && path.rfind("/admin/cache/", 0) != 0) return answer_quick(ex, path);
     const Api api = path == "/v1/chat/completions" ? Api::kChat
                     : path == "/v1/completions"    ? Api::kCompletion
                     : path == "/v1/responses"      ? Api::kResponses
@@ -142,7 +156,9 @@ void HttpServer::route(const std::shared_ptr<http::Exchange>& exchange) {
       try {
         if (path == "/v1/embeddings") return handle_embeddings(*held);
         if (generation) return handle_generation(*held, api, key_index);
-        held->reply(json_response(200, nlohmann::json{{"flushed_entries", engine_.flush_prefix_cache()}}.dump()));
+        if (path == "/admin/cache/clear")
+          return held->reply(json_response(200, nlohmann::json{{"cleared_entries", engine_.clear_prefix_cache()}}.dump()));
+        held->reply(flush_response(engine_.flush_cache_to_disk(config_.flush_timeout_seconds)));
       } catch (const std::exception& e) {
         held->reply(error_response(ApiError(500, e.what())));
       }

@@ -44,6 +44,7 @@ struct ServerConfig {
   SamplingParams sampling;         // defaults for unset request fields
   bool thinking = true;            // enable_thinking for templates that read it, unless a request says
   int max_queue = 64;              // generations waiting past this many: 429
+  double flush_timeout_seconds = 120;  // POST /admin/cache/flush waits this long for the disk at most
   int batch = 8;                   // generations the engine runs at once (sizes the HTTP thread pool)
   http::ServerLimits http;          // connections, deadlines, head and body sizes
   AccessConfig access;              // API keys, CORS origins, Host names

@@ -27,6 +27,31 @@ void Metrics::record_generation(int64_t prompt_tokens, int64_t completion_tokens
     last_decode_tokens_per_second_ = static_cast<double>(completion_tokens - 1) / decode_seconds;
 }
 
+namespace {
+
+nlohmann::json ssd_stats(const SsdLoad& s) {
+  if (!s.enabled) return {{"enabled", false}};
+  return {{"enabled", true},
+          {"spilling", s.spilling},
+          {"scanning", s.scanning},
+          {"entries", s.entries},
+          {"bytes", s.bytes},
+          {"max_bytes", s.max_bytes},
+          {"hits", s.hits},
+          {"restores", s.restores},
+          {"restore_bytes", s.restore_bytes},
+          {"restore_bytes_per_second", s.restore_seconds > 0 ? static_cast<double>(s.restore_bytes) / s.restore_seconds : 0.0},
+          {"written", s.written},
+          {"written_bytes", s.written_bytes},
+          {"spill_queue", s.queued},
+          {"spill_queue_bytes", s.queued_bytes},
+          {"dropped", s.dropped},
+          {"errors", s.errors},
+          {"removed", s.removed}};
+}
+
+}  // namespace
+
 nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_id) const {
   std::lock_guard lock(mutex_);
   const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -62,7 +87,8 @@ nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_i
             {"entries", load.prefix_cache.entries},
             {"bytes", load.prefix_cache.bytes},
             {"held_bytes", load.prefix_cache.held_bytes},
-            {"capacity_bytes", load.prefix_cache.capacity_bytes}}}};
+            {"capacity_bytes", load.prefix_cache.capacity_bytes}}},
+          {"ssd_cache", ssd_stats(load.ssd)}};
 }
 
 std::string Metrics::prometheus(const EngineLoad& load, const std::string& model_id) const {
@@ -105,6 +131,24 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
          std::to_string(load.prefix_cache.cached_tokens));
   single("kettle_prefix_cache_bytes", "gauge", "KV bytes held by the prefix cache.",
          std::to_string(load.prefix_cache.bytes));
+  if (const SsdLoad& d = load.ssd; d.enabled) {
+    single("kettle_ssd_cache_entries", "gauge", "Prefix blocks on disk.", std::to_string(d.entries));
+    single("kettle_ssd_cache_bytes", "gauge", "Bytes of prefix blocks on disk.", std::to_string(d.bytes));
+    single("kettle_ssd_cache_hits_total", "counter", "Prompts that found prefix blocks on disk.", std::to_string(d.hits));
+    single("kettle_ssd_cache_restores_total", "counter", "Prefix blocks read back from disk.", std::to_string(d.restores));
+    single("kettle_ssd_cache_restore_bytes_total", "counter", "Bytes read back from disk.", std::to_string(d.restore_bytes));
+    single("kettle_ssd_cache_restore_seconds_total", "counter", "Seconds spent reading prefix blocks back.",
+           fmt::format("{:.6f}", d.restore_seconds));
+    single("kettle_ssd_cache_written_total", "counter", "Prefix blocks written to disk.", std::to_string(d.written));
+    single("kettle_ssd_cache_spill_queue", "gauge", "Prefix blocks waiting to be written.", std::to_string(d.queued));
+    single("kettle_ssd_cache_spill_queue_bytes", "gauge", "Bytes waiting to be written.", std::to_string(d.queued_bytes));
+    single("kettle_ssd_cache_dropped_total", "counter", "Prefix blocks not written (queue full, disk refused, shutdown).",
+           std::to_string(d.dropped));
+    single("kettle_ssd_cache_errors_total", "counter", "Failed disk reads and writes, bad files found.",
+           std::to_string(d.errors));
+    single("kettle_ssd_cache_spilling", "gauge", "1 while blocks are written to disk; 0 once the disk refused.",
+           d.spilling ? "1" : "0");
+  }
   metric("kettle_time_to_first_token_seconds", "histogram", "Time from request to first generated token.");
   for (size_t i = 0; i < kTtftBuckets.size(); ++i)
     out += fmt::format("kettle_time_to_first_token_seconds_bucket{{{},le=\"{}\"}} {}\n", model, kTtftBuckets[i],
