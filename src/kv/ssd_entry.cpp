@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <system_error>
 
 #include "util/error.h"
@@ -138,6 +139,14 @@ size_t read_up_to(int fd, uint8_t* p, size_t n) {
 
 std::string ssd_entry_name(const Sha256Digest& digest) { return digest_hex(digest) + ".kv"; }
 
+const std::string& ssd_temporary_tag() {
+  static const std::string tag = [] {
+    std::random_device random;
+    return fmt::format("{}-{:08x}{:08x}", ::getpid(), random(), random());
+  }();
+  return tag;
+}
+
 void write_ssd_entry(const std::filesystem::path& dir, SsdEntryHeader header,
                      const std::vector<std::span<const uint8_t>>& tensors) {
   if (tensors.size() != header.tensors.size())
@@ -168,7 +177,7 @@ void write_ssd_entry(const std::filesystem::path& dir, SsdEntryHeader header,
 
   static std::atomic<uint64_t> counter{0};
   const std::string name = ssd_entry_name(header.digest);
-  const std::filesystem::path temporary = dir / fmt::format(".{}.{}.{}.tmp", name, ::getpid(), counter++);
+  const std::filesystem::path temporary = dir / fmt::format(".{}.{}.{}.tmp", name, ssd_temporary_tag(), counter++);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) system_failure("creating " + temporary.string());
   try {

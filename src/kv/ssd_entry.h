@@ -59,6 +59,10 @@ constexpr uint32_t kSsdVersion = 1;
 
 // The name an entry's file has in its directory.
 std::string ssd_entry_name(const Sha256Digest& digest);
+// What this process's temporary files carry in their names (random per process, so a
+// scan tells its own writes under way from what a crashed process left, even one that
+// had the same pid).
+const std::string& ssd_temporary_tag();
 
 // Writes header + tensors (tensors[i] is header.tensors[i]'s bytes; offsets, checksums
 // and the file size are filled in here) atomically and durably into `dir`. Throws

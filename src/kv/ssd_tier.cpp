@@ -112,9 +112,17 @@ void SsdTier::lock_directory() {
   }
 }
 
+// Under the lock (or before the threads start). What is queued will not be written: dropped.
 void SsdTier::stop_spilling(const std::string& why) {
   if (!stats_.spilling) return;
   stats_.spilling = false;
+  stats_.dropped += static_cast<int64_t>(writes_.size());
+  for (const SsdBlock& block : writes_) {  // the one being written is counted off when it returns
+    --stats_.queued;
+    for (const auto& k : block.kinds) stats_.queued_bytes -= k.size();
+  }
+  writes_.clear();
+  written_.notify_all();
   log::warn("ssd cache: spilling stopped: {}; serving goes on without writing to disk", why);
 }
 
@@ -129,7 +137,7 @@ void SsdTier::remove_entry_file(const std::filesystem::path& path, const std::st
 void SsdTier::scan() {
   std::error_code ec;
   std::filesystem::directory_iterator it(entry_dir_, ec), end;
-  const std::string own_pid = "." + std::to_string(::getpid()) + ".";
+  const std::string own = "." + ssd_temporary_tag() + ".";
   for (; !ec && it != end; it.increment(ec)) {
     {
       std::lock_guard lock(mutex_);
@@ -138,7 +146,7 @@ void SsdTier::scan() {
     const std::filesystem::path path = it->path();
     const std::string name = path.filename().string();
     if (name.ends_with(".tmp")) {  // a write cut short by a crash (ours are still being written)
-      if (name.find(own_pid) == std::string::npos) remove_entry_file(path, "an unfinished write");
+      if (name.find(own) == std::string::npos) remove_entry_file(path, "an unfinished write");
       continue;
     }
     try {
@@ -167,7 +175,7 @@ void SsdTier::scan() {
   std::lock_guard lock(mutex_);
   stats_.scanning = false;
   log::info("ssd cache: {} entries ({} MiB) in {}", stats_.entries, stats_.bytes >> 20, entry_dir_.string());
-  work_.notify_all();  // the cap is enforced once the index is whole
+  evict_past_cap();  // the cap is enforced once the index is whole (writes meanwhile wait for it)
 }
 
 bool SsdTier::contains(const Sha256Digest& digest) const {
@@ -260,7 +268,11 @@ void SsdTier::io_loop() {
 void SsdTier::write(SsdBlock& block) {
   {
     std::lock_guard lock(mutex_);
-    if (!stats_.spilling || index_.contains(block.digest)) return;
+    if (index_.contains(block.digest)) return;  // written meanwhile (handed over twice)
+    if (!stats_.spilling) {
+      ++stats_.dropped;
+      return;
+    }
   }
   SsdEntryHeader header;
   header.identity = identity_;

@@ -89,7 +89,7 @@ class SsdTier {
   const SsdOptions& options() const { return options_; }
   const std::filesystem::path& entry_dir() const { return entry_dir_; }
 
-  // Whether an entry with this digest is on disk (or being written).
+  // Whether an entry with this digest is on disk.
   bool contains(const Sha256Digest& digest) const;
   // How many of `digests` (in prefix order, from the first) are on disk.
   size_t on_disk(std::span<const Sha256Digest> digests) const;

@@ -2,17 +2,25 @@
 // block-aligned longest-prefix matching that always leaves a prompt token to
 // run, blocks shared (not moved) between the tree and any number of
 // sequences, reference counts back to zero, LRU eviction under the cap and on
-// the pool's demand, sliding-window blocks let go and matches that respect them.
+// the pool's demand, sliding-window blocks let go and matches that respect them;
+// with a disk tier, blocks leaving memory (evicted, written behind, demoted)
+// reach the disk and come back into a fresh process's pool byte for byte.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "backend/backend.h"
 #include "kv/prefix_cache.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
 #include "kv/kv_quant.h"
+#include "kv/ssd_tier.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -327,6 +335,283 @@ TEST(KvPool, QuantizedLayersSizeTheirBlocksByTheirCodecs) {
   const size_t value_block = kBlock * layout.value_row_bytes(2);
   EXPECT_EQ(std::memcmp(static_cast<unsigned char*>(pool.values(2)) + a * value_block,
                         bytes.data() + bytes.size() - value_block, value_block), 0);
+}
+
+// ---- the disk tier -------------------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/kettle_prefix_ssd_XXXXXX";
+    if (::mkdtemp(name) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+    path_ = name;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+constexpr auto kPatience = std::chrono::seconds(10);
+
+SsdOptions ssd_options(const std::filesystem::path& dir) {
+  SsdOptions o;
+  o.dir = dir;
+  o.verify = true;
+  return o;
+}
+
+const SsdIdentity kIdentity = {"test/model", "weights", "tokenizer", "plain layers=2 heads=1x4 block=4"};
+
+bool written(SsdTier& tier) {
+  return tier.wait_written(std::chrono::steady_clock::now() + kPatience);
+}
+
+// The entries of one restore (bounded wait for the scan, then for the read).
+std::vector<SsdEntry> read_back(SsdTier& tier, std::vector<Sha256Digest> digests) {
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (tier.stats().scanning && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int64_t ticket = tier.restore(std::move(digests));
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (SsdTier::Restored& r : tier.take_restored())
+      if (r.ticket == ticket) return std::move(r.entries);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ADD_FAILURE() << "no restore within " << kPatience.count() << " s";
+  return {};
+}
+
+// The blocks `m` adopted hold the rows filled() wrote for `tokens`: keys the token ids,
+// values minus them, in every layer.
+void expect_rows_of(KvPool& pool, const PrefixCache::Match& m, const std::vector<int32_t>& tokens) {
+  for (size_t t = 0; t < static_cast<size_t>(m.tokens); ++t) {
+    const int64_t row = m.blocks[KvPool::kFull][t / kBlock] * int64_t{kBlock} + static_cast<int64_t>(t % kBlock);
+    for (int64_t layer = 0; layer < 2; ++layer)
+      for (int64_t c = 0; c < kKvSize; ++c) {
+        ASSERT_EQ(static_cast<const float*>(pool.keys(layer))[row * kKvSize + c], static_cast<float>(tokens[t])) << t;
+        ASSERT_EQ(static_cast<const float*>(pool.values(layer))[row * kKvSize + c], -static_cast<float>(tokens[t]))
+            << t;
+      }
+  }
+}
+
+// Evicted blocks are written to disk; a fresh process (pool, tier, cache) finds them by
+// the prompt's digests, reads them back and puts them in its tree: the next match adopts
+// them, holding the same bytes as the blocks that left.
+TEST_F(PrefixCacheTest, EvictedBlocksComeBackIntoAFreshProcess) {
+  TempDir dir;
+  const uint64_t scope = 42;
+  const std::vector<int32_t> tokens = range(500, 12);  // three blocks
+  std::vector<int32_t> prompt = tokens;
+  prompt.push_back(9);
+  std::vector<std::vector<unsigned char>> originals;
+  {
+    SsdTier tier(ssd_options(dir.path()), kIdentity);
+    PrefixCache cache(pool_, 1 << 20);
+    cache.set_disk_tier(&tier);
+    KvCache seq = filled(pool_, tokens);
+    cache.insert(tokens, seq, scope);
+    for (int b = 0; b < 3; ++b) originals.push_back(pool_.read_block(KvPool::kFull, seq.table(KvPool::kFull)[b]));
+    seq.clear();
+    EXPECT_EQ(cache.not_on_disk(), 3);
+    EXPECT_TRUE(cache.evict_one());
+    EXPECT_EQ(cache.clear(), 2);
+    ASSERT_TRUE(written(tier));
+    EXPECT_EQ(tier.stats().written, 3);
+    EXPECT_EQ(tier.stats().entries, 3);
+    EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 0) << "the pool's blocks are free once on their way to disk";
+  }
+  auto backend = make_cpu_backend(1);
+  KvPool pool(layout_, *backend, KvPool::Options{kBlock, 0});
+  SsdTier tier(ssd_options(dir.path()), kIdentity);
+  PrefixCache cache(pool, 1 << 20);
+  cache.set_disk_tier(&tier);
+  const std::vector<Sha256Digest> digests = cache.digests(prompt, scope);
+  ASSERT_EQ(digests.size(), 3u);
+  EXPECT_EQ(cache.digests(tokens, scope).size(), 2u) << "a match leaves one prompt token to run";
+  EXPECT_EQ(cache.blocks_in_memory(prompt, scope), 0u);
+  const std::vector<SsdEntry> entries = read_back(tier, digests);
+  EXPECT_EQ(tier.on_disk(digests), 3u);
+  EXPECT_EQ(tier.on_disk(cache.digests(prompt, scope + 1)), 0u) << "another scope names other blocks";
+  ASSERT_EQ(entries.size(), 3u);
+  cache.restore(prompt, scope, 0, entries);
+  EXPECT_EQ(cache.blocks_in_memory(prompt, scope), 3u);
+  EXPECT_EQ(cache.stats().entries, 3);
+  EXPECT_EQ(cache.not_on_disk(), 0) << "restored blocks are on disk already";
+  EXPECT_EQ(cache.match(prompt, scope + 1).tokens, 0);
+  {
+    PrefixCache::Match m = cache.match(prompt, scope);
+    ASSERT_EQ(m.tokens, 12);
+    for (size_t b = 0; b < 3; ++b)
+      EXPECT_EQ(pool.read_block(KvPool::kFull, m.blocks[KvPool::kFull][b]), originals[b]) << b;
+    expect_rows_of(pool, m, tokens);
+  }
+  EXPECT_EQ(cache.clear(), 3);
+  ASSERT_TRUE(written(tier));
+  EXPECT_EQ(tier.stats().written, 0) << "a block read from disk is not written again";
+  EXPECT_EQ(pool.used_blocks(KvPool::kFull), 0);
+}
+
+// The engine's usual case: a prompt's first blocks are still in memory, the rest on disk.
+// Blocks whose path left memory meanwhile are not restored (and nothing leaks).
+TEST_F(PrefixCacheTest, ThePromptsLaterBlocksAreRestoredBehindItsCachedOnes) {
+  TempDir dir;
+  SsdTier tier(ssd_options(dir.path()), kIdentity);
+  PrefixCache cache(pool_, 1 << 20);
+  cache.set_disk_tier(&tier);
+  const std::vector<int32_t> tokens = range(0, 16);
+  std::vector<int32_t> prompt = tokens;
+  prompt.push_back(-1);
+  std::vector<std::vector<unsigned char>> originals;
+  {
+    KvCache seq = filled(pool_, tokens);
+    cache.insert(tokens, seq);
+    for (int b = 0; b < 4; ++b) originals.push_back(pool_.read_block(KvPool::kFull, seq.table(KvPool::kFull)[b]));
+  }
+  EXPECT_TRUE(cache.evict_one());
+  EXPECT_TRUE(cache.evict_one());
+  EXPECT_EQ(cache.blocks_in_memory(prompt, 0), 2u);
+  ASSERT_TRUE(written(tier));
+  const std::vector<Sha256Digest> digests = cache.digests(prompt, 0);
+  ASSERT_EQ(digests.size(), 4u);
+  EXPECT_EQ(tier.on_disk(digests), 0u) << "the first blocks never left memory";
+  const std::vector<Sha256Digest> later(digests.begin() + 2, digests.end());
+  EXPECT_EQ(tier.on_disk(later), 2u);
+  const std::vector<SsdEntry> entries = read_back(tier, later);
+  ASSERT_EQ(entries.size(), 2u);
+  cache.restore(prompt, 0, 2, entries);
+  EXPECT_EQ(cache.blocks_in_memory(prompt, 0), 4u);
+  {
+    PrefixCache::Match m = cache.match(prompt);
+    ASSERT_EQ(m.tokens, 16);
+    for (size_t b = 0; b < 4; ++b) EXPECT_EQ(pool_.read_block(KvPool::kFull, m.blocks[KvPool::kFull][b]), originals[b]);
+    expect_rows_of(pool_, m, tokens);
+  }
+  // Restored again after the whole path left memory: the path to them is gone, nothing is put in.
+  EXPECT_EQ(cache.clear(), 4);
+  ASSERT_TRUE(written(tier));
+  cache.restore(prompt, 0, 2, entries);
+  EXPECT_EQ(cache.blocks_in_memory(prompt, 0), 0u);
+  EXPECT_EQ(cache.stats().entries, 0);
+  EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 0);
+  // From the first block, all of it comes back (the first two were written by the clear).
+  const std::vector<SsdEntry> all = read_back(tier, digests);
+  ASSERT_EQ(all.size(), 4u);
+  cache.restore(prompt, 0, 0, all);
+  EXPECT_EQ(cache.match(prompt).tokens, 16);
+}
+
+// A pool whose blocks are all held takes what fits and no more: no throw, no leak.
+TEST_F(PrefixCacheTest, ARestoreIntoAFullPoolTakesWhatFits) {
+  TempDir dir;
+  const std::vector<int32_t> tokens = range(0, 12);
+  std::vector<int32_t> prompt = tokens;
+  prompt.push_back(-1);
+  SsdTier tier(ssd_options(dir.path()), kIdentity);
+  {
+    PrefixCache cache(pool_, 1 << 20);
+    cache.set_disk_tier(&tier);
+    KvCache seq = filled(pool_, tokens);
+    cache.insert(tokens, seq);
+    EXPECT_EQ(cache.write_behind(), 3);
+    ASSERT_TRUE(written(tier));
+  }
+  KvPool pool(layout_, *backend_, KvPool::Options{kBlock, 4 * pool_.bytes_per_block(KvPool::kFull)});
+  PrefixCache cache(pool, 1 << 20);
+  cache.set_disk_tier(&tier);
+  pool.set_reclaimer([&] { return cache.evict_one(); });
+  KvCache running(pool);
+  running.reserve(3 * kBlock);  // 3 of the pool's 4 blocks
+  const std::vector<SsdEntry> entries = read_back(tier, cache.digests(prompt, 0));
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_NO_THROW(cache.restore(prompt, 0, 0, entries));
+  EXPECT_EQ(cache.blocks_in_memory(prompt, 0), 1u);
+  EXPECT_EQ(pool.used_blocks(KvPool::kFull), 4);
+  running.clear();
+  EXPECT_EQ(cache.clear(), 1);
+  EXPECT_EQ(pool.used_blocks(KvPool::kFull), 0);
+}
+
+// Written behind while idle: every block the tree holds goes to the tier once, parents
+// first; afterwards evicting them writes nothing more.
+TEST_F(PrefixCacheTest, WriteBehindHandsTheTierEveryUnsavedBlockOnce) {
+  TempDir dir;
+  SsdTier tier(ssd_options(dir.path()), kIdentity);
+  PrefixCache cache(pool_, 1 << 20);
+  std::vector<int32_t> a = range(0, 12), b = range(0, 4);
+  b.insert(b.end(), {70, 71, 72, 73});
+  KvCache sa = filled(pool_, a), sb = filled(pool_, b);
+  cache.insert(a, sa);
+  cache.insert(b, sb, 0);
+  cache.insert(a, sa, 5);  // another scope: its own blocks
+  ASSERT_EQ(cache.stats().entries, 7);
+  EXPECT_EQ(cache.write_behind(), 0) << "no tier";
+  EXPECT_EQ(cache.not_on_disk(), 7);
+  cache.set_disk_tier(&tier);
+  EXPECT_EQ(cache.not_on_disk(), 7);
+  EXPECT_EQ(cache.write_behind(), 7);
+  ASSERT_TRUE(written(tier));
+  EXPECT_EQ(cache.not_on_disk(), 0);
+  EXPECT_EQ(tier.stats().written, 7);
+  EXPECT_EQ(cache.write_behind(), 0) << "each block once";
+  for (const auto& [prompt, scope] :
+       {std::pair{a, uint64_t{0}}, std::pair{b, uint64_t{0}}, std::pair{a, uint64_t{5}}}) {
+    std::vector<int32_t> p = prompt;
+    p.push_back(-1);
+    const std::vector<Sha256Digest> d = cache.digests(p, scope);
+    EXPECT_EQ(tier.on_disk(d), d.size());
+  }
+  EXPECT_EQ(cache.stats().entries, 7) << "written behind, still in memory";
+  sa.clear();
+  sb.clear();
+  EXPECT_EQ(cache.clear(), 7);
+  ASSERT_TRUE(written(tier));
+  EXPECT_EQ(tier.stats().written, 7) << "evicting a block on disk writes nothing";
+  EXPECT_EQ(tier.stats().dropped, 0);
+}
+
+// demote_idle(0) sends every block nobody holds to disk (leaves, then the parents that
+// become leaves); a running sequence's path stays.
+TEST_F(PrefixCacheTest, DemotingIdleBlocksSendsEveryUnheldOneToDisk) {
+  TempDir dir;
+  SsdTier tier(ssd_options(dir.path()), kIdentity);
+  PrefixCache cache(pool_, 1 << 20);
+  cache.set_disk_tier(&tier);
+  const std::vector<int32_t> running_tokens = range(0, 8);
+  std::vector<int32_t> idle = range(0, 4);
+  for (int32_t t : range(300, 8)) idle.push_back(t);  // shares the first block with the running one
+  const std::vector<int32_t> other = range(900, 8);
+  KvCache running = filled(pool_, running_tokens);
+  PrefixCache::Hold hold;
+  cache.insert(running_tokens, running, 0, hold);
+  {
+    KvCache a = filled(pool_, idle), b = filled(pool_, other);
+    cache.insert(idle, a);
+    cache.insert(other, b);
+  }
+  ASSERT_EQ(cache.stats().entries, 6);
+  EXPECT_EQ(cache.demote_idle(3600), 0) << "nothing has been idle for an hour";
+  EXPECT_EQ(cache.demote_idle(0), 4);
+  ASSERT_TRUE(written(tier));
+  EXPECT_EQ(tier.stats().written, 4);
+  EXPECT_EQ(cache.stats().entries, 2);
+  EXPECT_EQ(cache.not_on_disk(), 2) << "the running sequence's blocks";
+  for (std::vector<int32_t> p : {idle, other}) {
+    p.push_back(-1);
+    const std::vector<Sha256Digest> d = cache.digests(p, 0);
+    const size_t in_memory = cache.blocks_in_memory(p, 0);
+    EXPECT_EQ(tier.on_disk(std::span(d).subspan(in_memory)), d.size() - in_memory);
+  }
+  std::vector<int32_t> p = running_tokens;
+  p.push_back(-1);
+  EXPECT_EQ(cache.match(p).tokens, 8);
+  EXPECT_EQ(pool_.used_blocks(KvPool::kFull), 2);
+  hold.release();
 }
 
 }  // namespace
