@@ -67,11 +67,17 @@ test('Anthropic usage splits input_tokens and cache_read_input_tokens', async ()
   assert.ok(second.usage.input_tokens >= 1);
 });
 
-test('POST /admin/cache/flush empties the cache: the next shared prompt is a miss', async () => {
+test('POST /admin/cache/clear empties the cache: the next shared prompt is a miss', async () => {
   const messages = [{ role: 'system', content: system }, { role: 'user', content: 'What is a plate?' }];
   await ask(cached, messages, { max_tokens: 2 });
-  const flush = await (await fetch(`${cached.base}/admin/cache/flush`, { method: 'POST' })).json();
-  assert.ok(flush.flushed_entries >= 1, JSON.stringify(flush));
+  // Without a disk tier (--ssd-cache) nothing cached is durable: the barrier says so.
+  const barrier = await fetch(`${cached.base}/admin/cache/flush`, { method: 'POST' });
+  assert.equal(barrier.status, 503);
+  const report = await barrier.json();
+  assert.equal(report.durable, false);
+  assert.ok(report.not_on_disk >= 1, JSON.stringify(report));
+  const flush = await (await fetch(`${cached.base}/admin/cache/clear`, { method: 'POST' })).json();
+  assert.ok(flush.cleared_entries >= 1, JSON.stringify(flush));
   assert.equal((await (await fetch(`${cached.base}/stats`)).json()).prefix_cache.entries, 0);
   const r = await ask(cached, messages, { max_tokens: 2 });
   assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
