@@ -150,7 +150,8 @@ void EngineCore::restore_prefix(Sequence& seq) {
   const auto bs = static_cast<size_t>(pool_->block_size());
   restores_[seq.restore_ticket] = {std::vector<int32_t>(seq.tokens().begin(), seq.tokens().begin() +
                                                                                   static_cast<std::ptrdiff_t>((first + n) * bs + 1)),
-                                   scope, first};
+                                   scope, first,
+                                   (seq.prompt_size() + seq.request().max_tokens) / static_cast<int64_t>(bs) + 1};
 }
 
 void EngineCore::take_restored() {
@@ -159,6 +160,9 @@ void EngineCore::take_restored() {
     auto it = restores_.find(done.ticket);
     if (it == restores_.end()) continue;
     try {
+      // The pool grows once for the restored blocks and what the generation adds to them
+      // (growing a block at a time, doubling, copies and touches the pool over and over).
+      if (pool_->has_kind(KvPool::kFull)) pool_->reserve(KvPool::kFull, it->second.worst_blocks);
       prefix_cache_->restore(it->second.prompt, it->second.scope, it->second.first, done.entries);
     } catch (const std::exception& e) {  // a block that does not fit this pool: prefilled instead
       log::warn("ssd cache: restoring a prefix failed: {}", e.what());

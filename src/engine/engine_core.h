@@ -115,6 +115,7 @@ class EngineCore {
     std::vector<int32_t> prompt;
     uint64_t scope = 0;
     size_t first = 0;  // the block the restored ones start at
+    int64_t worst_blocks = 0;  // the generation's whole KV (prompt and max_tokens), in blocks
   };
   std::map<int64_t, PendingRestore> restores_;  // by ticket
   double demote_idle_seconds_ = 0.0;

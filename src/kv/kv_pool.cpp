@@ -185,6 +185,12 @@ void KvPool::preallocate() {
     if (has_kind(kind)) grow(kind, max_blocks(kind));
 }
 
+void KvPool::reserve(int kind, int64_t blocks) {
+  const auto k = static_cast<size_t>(kind);
+  const auto missing = blocks - static_cast<int64_t>(free_[k].size());
+  if (missing > 0) grow(kind, std::max<int64_t>(capacity_[k], 1) + missing);
+}
+
 int32_t KvPool::allocate(int kind) {
   const auto k = static_cast<size_t>(kind);
   if (free_[k].empty()) grow(kind, std::max<int64_t>(16, capacity_[k] * 2));

@@ -77,6 +77,8 @@ class KvPool {
   void set_reclaimer(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
   // Grows the buffers to max_bytes now (a GPU server reserves its KV memory at start).
   void preallocate();
+  // Grows the buffers at once (within max_bytes) so `blocks` more of `kind` are free.
+  void reserve(int kind, int64_t blocks);
 
   // Bytes one block of `kind` takes across its layers (keys and values), on one rank.
   size_t bytes_per_block(int kind) const;

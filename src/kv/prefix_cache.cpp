@@ -289,6 +289,8 @@ void PrefixCache::restore(std::span<const int32_t> prompt, uint64_t scope, size_
   const auto bs = static_cast<size_t>(pool_.block_size());
   Node* node = &root(scope);
   Hold hold;  // keeps the path from being evicted while its next blocks are allocated
+  for (int kind = 0; kind < KvPool::kKinds; ++kind)  // one growth for them all, not a doubling at a time
+    if (pool_.has_kind(kind)) pool_.reserve(kind, static_cast<int64_t>(entries.size()));
   for (size_t b = 0; b < first + entries.size() && (b + 1) * bs < prompt.size(); ++b) {
     std::vector<int32_t> key(prompt.begin() + static_cast<std::ptrdiff_t>(b * bs),
                              prompt.begin() + static_cast<std::ptrdiff_t>((b + 1) * bs));

@@ -132,6 +132,8 @@ class SsdTier {
   void io_loop();
   void write(SsdBlock& block);
   void read(ReadJob& job);
+  SsdEntry read_checked(const Sha256Digest& digest) const;
+  static constexpr size_t kReadThreads = 4;  // reads in flight per restore
   void evict_past_cap();
   void remove_entry_file(const std::filesystem::path& path, const std::string& why);
   void stop_spilling(const std::string& why);
