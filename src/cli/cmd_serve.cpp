@@ -91,6 +91,7 @@ struct ServeFlags {
   bool ssd_cache_verify = false;
   double ssd_demote_idle = 300.0;
   double shutdown_seconds = 120.0;
+  int64_t generation_checkpoint = 0;
 };
 
 // Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
@@ -199,6 +200,7 @@ int run_serve(const ServeFlags& flags) {
   engine_options.ssd.max_bytes = static_cast<size_t>(flags.ssd_cache_max_gb * 1e9);
   engine_options.ssd.verify = flags.ssd_cache_verify;
   engine_options.ssd.demote_idle_seconds = flags.ssd_demote_idle;
+  engine_options.checkpoint_every = flags.generation_checkpoint;
   config.flush_timeout_seconds = flags.shutdown_seconds;
   Engine engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
@@ -319,6 +321,13 @@ Action register_serve(CLI::App& app) {
   app.add_option("--ssd-demote-idle", f->ssd_demote_idle,
                  "seconds a cached prefix stays in memory unused before it moves to the disk tier; 0: never")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->needs(ssd);
+  app.add_option("--generation-checkpoint", f->generation_checkpoint,
+                 "every N tokens a generation's state goes to the disk tier: the same request after a crash or a "
+                 "restart resumes there and returns the tokens an uninterrupted run returns (greedy or seeded "
+                 "requests without grammar or logprobs); 0: never")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str()
       ->needs(ssd);
   app.add_option("--shutdown-timeout", f->shutdown_seconds,

@@ -114,6 +114,9 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
   if (prefix_cache_) pool_->set_reclaimer([this] { return prefix_cache_->evict_one(); });
   if (prefix_cache_ && tier_) prefix_cache_->set_disk_tier(tier_.get());
   demote_idle_seconds_ = options.ssd.demote_idle_seconds;
+  if (options.checkpoint_every > 0 && !tier_)
+    fail(ErrorCategory::kInvalidArgument, "--generation-checkpoint needs --ssd-cache: checkpoints are written there");
+  checkpoint_every_ = options.checkpoint_every;
 }
 
 EngineCore::~EngineCore() = default;
@@ -130,7 +133,8 @@ void EngineCore::submit(GenerationRequest request, std::shared_ptr<GenerationSin
     if (!scheduler_.can_ever_fit(worst))
       fail(ErrorCategory::kResourceExhausted, "a prompt and max_tokens of {} positions need {} MiB of KV cache; the "
            "budget holds {} MiB", worst, kv_bytes(worst) >> 20, kv_admission_capacity() >> 20);
-    restore_prefix(*seq);
+    find_checkpoint(*seq);
+    if (seq->restore_ticket == 0) restore_prefix(*seq);
     scheduler_.enqueue(std::move(seq));
   } catch (const std::exception& e) {
     refuse(*sink, e);
@@ -154,9 +158,57 @@ void EngineCore::restore_prefix(Sequence& seq) {
                                    (seq.prompt_size() + seq.request().max_tokens) / static_cast<int64_t>(bs) + 1};
 }
 
+// Only a generation that a retry reproduces is checkpointed: greedy, or sampled from the
+// client's seed; and one whose whole state save() holds (no grammar, logprobs or pooling).
+void EngineCore::find_checkpoint(Sequence& seq) {
+  const GenerationRequest& r = seq.request();
+  if (checkpoint_every_ <= 0 || !tier_ || !prefix_cache_ || r.max_tokens == 0 || r.pooling != Pooling::kNone ||
+      r.constraint || r.prompt_logprobs || r.sampling.logprobs || (r.sampling.temperature > 0 && !r.sampling.seeded))
+    return;
+  const std::string identity = seq.request_identity().dump();
+  seq.checkpoint_key = sha256(identity.data(), identity.size());
+  if (!tier_->has_checkpoint(*seq.checkpoint_key)) return;
+  seq.restore_ticket = tier_->load_checkpoint(*seq.checkpoint_key);
+  checkpoint_loads_.insert(seq.restore_ticket);
+}
+
+void EngineCore::checkpoint_running() {
+  if (checkpoint_every_ <= 0) return;
+  for (const auto& seq : scheduler_.running_sequences()) {
+    if (!seq->checkpoint_key || seq->finished() || !seq->decoding() || seq->produced() - seq->checkpointed < checkpoint_every_)
+      continue;
+    const auto n = static_cast<size_t>(seq->kv->length());
+    prefix_cache_->insert(std::span<const int32_t>(seq->tokens().data(), n), *seq->kv, seq->request().cache_scope,
+                          seq->prefix_hold);
+    prefix_cache_->write_path(seq->prefix_hold);  // the blocks first: the state needs them
+    SsdBlock state;
+    state.op = SsdBlock::Op::kCheckpoint;
+    state.digest = *seq->checkpoint_key;
+    state.checkpoint = seq->save().dump();
+    if (tier_->save(std::move(state))) seq->checkpointed = seq->produced();
+  }
+}
+
 void EngineCore::take_restored() {
-  if (!tier_ || restores_.empty()) return;
+  if (!tier_ || (restores_.empty() && checkpoint_loads_.empty())) return;
   for (SsdTier::Restored& done : tier_->take_restored()) {
+    if (checkpoint_loads_.erase(done.ticket) > 0) {
+      Sequence* seq = scheduler_.waiting_on(done.ticket);
+      if (seq == nullptr) continue;  // cancelled while it was read
+      seq->restore_ticket = 0;
+      if (!done.checkpoint.empty()) {
+        try {
+          seq->replay(nlohmann::json::parse(done.checkpoint), model_.generation.eos_token_ids, vocab_);
+          seq->checkpointed = seq->produced();
+          log::info("resuming a generation from its checkpoint after {} tokens", seq->produced());
+        } catch (const std::exception& e) {  // a sequence half replayed cannot start over: it ends
+          log::warn("ssd cache: a checkpoint did not replay: {}", e.what());
+          seq->finish("error", fmt::format("its checkpoint did not replay: {}", e.what()));
+        }
+      }
+      restore_prefix(*seq);
+      continue;
+    }
     auto it = restores_.find(done.ticket);
     if (it == restores_.end()) continue;
     try {
@@ -211,6 +263,7 @@ bool EngineCore::step() {
       for (const PlannedEntry& entry : plan.entries) entry.seq->finish("error", e.what());
     }
   }
+  checkpoint_running();
   std::vector<std::unique_ptr<Sequence>> ended = scheduler_.retire();
   const bool worked = !plan.empty() || !ended.empty();
   report_load();
@@ -360,6 +413,12 @@ const uint32_t* EngineCore::host_mask(Sequence& seq) {
 void EngineCore::end(std::vector<std::unique_ptr<Sequence>> ended) {
   for (auto& seq : ended) {
     const GenerationEnd report = seq->end_report();
+    if (seq->checkpoint_key && report.ok()) {  // finished: its checkpoint goes; cancelled: kept
+      SsdBlock forget;
+      forget.op = SsdBlock::Op::kForget;
+      forget.digest = *seq->checkpoint_key;
+      tier_->save(std::move(forget));
+    }
     if (report.finish_reason == "cancelled")
       log::info("generation cancelled after {} tokens: {}", report.completion_tokens, report.error);
     seq->sink().on_end(report);

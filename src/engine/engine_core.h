@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -101,8 +102,13 @@ class EngineCore {
   void report_load();
   // A new generation's prefix blocks that are on disk and not in memory: read back first.
   void restore_prefix(Sequence& seq);
-  // Puts the blocks read back since the last step into the prefix cache.
+  // Puts the blocks read back since the last step into the prefix cache, and replays the
+  // checkpoints read back into their waiting sequences.
   void take_restored();
+  // --generation-checkpoint: a new generation's identity, and the checkpoint to resume from.
+  void find_checkpoint(Sequence& seq);
+  // After a step: the running generations due a checkpoint write one (blocks, then state).
+  void checkpoint_running();
 
   const Model& model_;
   const Tokenizer* tokenizer_;
@@ -119,6 +125,8 @@ class EngineCore {
   };
   std::map<int64_t, PendingRestore> restores_;  // by ticket
   double demote_idle_seconds_ = 0.0;
+  int64_t checkpoint_every_ = 0;
+  std::set<int64_t> checkpoint_loads_;  // tickets of checkpoints being read
   Scheduler scheduler_;
   int64_t vocab_;
   std::string kv_quant_name_;  // --kv-quant's spelling, for /stats

@@ -21,6 +21,7 @@ struct EngineOptions {
   int kv_block_size = kDefaultKvBlockSize;  // tokens per KV block (and per cached prefix block)
   KvQuant kv_quant;              // how KV rows are stored (--kv-quant); the pool's, cached prefixes included
   SsdOptions ssd;                // the prefix cache's disk tier (--ssd-cache); dir empty: none
+  int64_t checkpoint_every = 0;  // --generation-checkpoint: a generation's state to disk every N tokens; 0: never
 };
 
 }  // namespace kettle

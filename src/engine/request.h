@@ -41,6 +41,7 @@ struct GenerationRequest {
   Pooling pooling = Pooling::kNone;
   bool normalize = false;
   uint64_t cache_scope = 0;       // the prefix cache shares blocks only within one scope
+  std::string route;              // the API it came through (part of a checkpoint's identity)
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 };
 

@@ -23,6 +23,7 @@ struct SamplingParams {
   float top_p = 1.0f;        // >= 1: off
   float min_p = 0.0f;        // <= 0: off
   uint64_t seed = 0;
+  bool seeded = false;  // the client gave the seed (a retry draws the same tokens)
 
   // transformers' RepetitionPenaltyLogitsProcessor: every distinct token of the
   // prompt and the output so far gets logit / p when the logit is > 0, else

@@ -47,6 +47,12 @@ void Scheduler::restored(int64_t ticket) {
     if (seq->restore_ticket == ticket) seq->restore_ticket = 0;
 }
 
+Sequence* Scheduler::waiting_on(int64_t ticket) {
+  for (auto& seq : waiting_)
+    if (seq->restore_ticket == ticket) return seq.get();
+  return nullptr;
+}
+
 bool Scheduler::has_work() const {
   return !running_.empty() ||
          std::any_of(waiting_.begin(), waiting_.end(), [](const auto& seq) { return seq->restore_ticket == 0; });

@@ -60,6 +60,8 @@ class Scheduler {
   std::vector<Sequence*> admit();
   // The sequences waiting on `ticket` (SsdTier::restore) may be admitted.
   void restored(int64_t ticket);
+  // The waiting sequence holding `ticket`, or null (it was cancelled meanwhile).
+  Sequence* waiting_on(int64_t ticket);
   // Ends cancelled sequences (waiting ones too), then plans the next step of the others
   // into `plan` (its storage reused from step to step).
   void plan(StepPlan& plan);

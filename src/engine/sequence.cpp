@@ -228,6 +228,31 @@ nlohmann::json Sequence::save() const {
   return j;
 }
 
+nlohmann::json Sequence::request_identity() const {
+  nlohmann::json j = save();
+  for (const char* key : {"produced", "rng", "finish_reason", "decoder", "matcher"}) j.erase(key);
+  if (request_.sampling.temperature <= 0) j["sampling"].erase("seed");  // greedy draws the same without it
+  j["route"] = request_.route;
+  return j;
+}
+
+void Sequence::replay(const nlohmann::json& state, const std::vector<int>& eos_ids, int64_t vocab) {
+  if (produced() != 0 || fed_ != 0) fail(ErrorCategory::kInternal, "a checkpoint is replayed before the sequence runs");
+  try {
+    if (state.at("prompt").get<std::vector<int32_t>>() != request_.prompt)
+      fail(ErrorCategory::kInvalidData, "a checkpoint of another prompt");
+    for (int32_t id : state.at("produced").get<std::vector<int32_t>>()) {
+      if (id < 0 || id >= vocab) fail(ErrorCategory::kInvalidData, "a checkpoint's token {} is outside the vocabulary", id);
+      sampler_.accept(id);
+      accept(SampledToken{id, 0.0f, {}}, eos_ids);
+      if (finished()) break;
+    }
+    sampler_.set_rng_state(state.at("rng").get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCategory::kInvalidData, "a checkpoint is not one: {}", e.what());
+  }
+}
+
 std::unique_ptr<Sequence> Sequence::restore(const nlohmann::json& j, std::shared_ptr<GenerationSink> sink,
                                             const Tokenizer* tokenizer, int64_t vocab) {
   try {

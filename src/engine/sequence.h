@@ -89,6 +89,8 @@ class Sequence {
   PrefixCache::Hold prefix_hold;
   int64_t cached_tokens = 0;  // prompt positions adopted from the prefix cache
   int64_t restore_ticket = 0;  // waiting for its prefix blocks to come back from disk (SsdTier); 0: not
+  std::optional<Sha256Digest> checkpoint_key;  // --generation-checkpoint: its request's identity
+  int64_t checkpointed = 0;                    // tokens produced at its last checkpoint
   size_t kv_reserved = 0;     // bytes admitted against the KV budget
   double queue_seconds = 0.0;
   // Timing, from admission.
@@ -97,6 +99,12 @@ class Sequence {
   // Everything but the KV cache, as JSON; restore() reads it back with the same tokenizer
   // and vocabulary.
   nlohmann::json save() const;
+  // A checkpoint of the same request (save()) taken up: its tokens are drawn again as they
+  // were — their text goes to this sequence's sink, as the interrupted run sent it — and
+  // the sampler goes on from the saved state. Before the sequence runs.
+  void replay(const nlohmann::json& state, const std::vector<int>& eos_ids, int64_t vocab);
+  // save() without what changes as the generation goes on: the request's identity.
+  nlohmann::json request_identity() const;
   static std::unique_ptr<Sequence> restore(const nlohmann::json& state, std::shared_ptr<GenerationSink> sink,
                                            const Tokenizer* tokenizer, int64_t vocab);
 

@@ -339,6 +339,12 @@ int64_t PrefixCache::write_behind(bool again) {
   return taken;
 }
 
+void PrefixCache::write_path(const Hold& hold) {
+  if (tier_ == nullptr) return;
+  for (Node* node = hold.node_; node && node->parent; node = node->parent)
+    if (!node->handed_to_disk && !tier_->contains(node->digest)) hand_to_disk(node[0]);
+}
+
 int64_t PrefixCache::not_on_disk() const {
   if (tier_ == nullptr) return nodes_;
   int64_t n = 0;

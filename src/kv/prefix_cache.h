@@ -108,6 +108,8 @@ class PrefixCache {
   // Hands the tier every block it has not got yet (parents first), as many as it takes;
   // returns how many it took. `again`: also those handed before whose write failed.
   int64_t write_behind(bool again = false);
+  // Hands the tier the blocks of `hold`'s path it has not got yet (a generation's checkpoint).
+  void write_path(const Hold& hold);
   // Blocks the tree holds that are not on disk.
   int64_t not_on_disk() const;
   // Evicts the unheld leaves unused for `seconds` (and the parents that become such

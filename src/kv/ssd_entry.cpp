@@ -175,18 +175,23 @@ void write_ssd_entry(const std::filesystem::path& dir, SsdEntryHeader header,
   put_u64(head.data() + 16, header_checksum(reinterpret_cast<const uint8_t*>(json.data()), static_cast<uint32_t>(json.size())));
   std::memcpy(head.data() + kPreamble, json.data(), json.size());
 
+  static const std::vector<uint8_t> zeros(kSsdAlignment, 0);
+  std::vector<std::span<const uint8_t>> pieces{head};
+  for (const auto& t : tensors) {
+    pieces.push_back(t);
+    pieces.emplace_back(zeros.data(), aligned(t.size()) - t.size());
+  }
+  write_file_atomically(dir, ssd_entry_name(header.digest), pieces);
+}
+
+void write_file_atomically(const std::filesystem::path& dir, const std::string& name,
+                           const std::vector<std::span<const uint8_t>>& pieces) {
   static std::atomic<uint64_t> counter{0};
-  const std::string name = ssd_entry_name(header.digest);
   const std::filesystem::path temporary = dir / fmt::format(".{}.{}.{}.tmp", name, ssd_temporary_tag(), counter++);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) system_failure("creating " + temporary.string());
   try {
-    write_all(fd, head.data(), head.size(), temporary.string());
-    static const std::vector<uint8_t> zeros(kSsdAlignment, 0);
-    for (const auto& t : tensors) {
-      write_all(fd, t.data(), t.size(), temporary.string());
-      write_all(fd, zeros.data(), aligned(t.size()) - t.size(), temporary.string());
-    }
+    for (const auto& piece : pieces) write_all(fd, piece.data(), piece.size(), temporary.string());
     if (::fsync(fd) != 0) system_failure("fsync of " + temporary.string());
     ::close(fd);
   } catch (...) {

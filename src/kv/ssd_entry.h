@@ -70,6 +70,11 @@ const std::string& ssd_temporary_tag();
 void write_ssd_entry(const std::filesystem::path& dir, SsdEntryHeader header,
                      const std::vector<std::span<const uint8_t>>& tensors);
 
+// Writes `pieces` one after another as dir/name, atomically and durably (a temporary
+// name, fsync, rename, directory fsync). Throws std::system_error.
+void write_file_atomically(const std::filesystem::path& dir, const std::string& name,
+                           const std::vector<std::span<const uint8_t>>& pieces);
+
 // Parses and checks the start of an entry file (at least its first kSsdAlignment bytes,
 // or the whole file): magic, version, header checksum, JSON. Throws kettle::Error
 // (kInvalidData) naming what is wrong.

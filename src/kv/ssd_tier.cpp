@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <atomic>
 #include <optional>
 #include <cerrno>
@@ -68,7 +72,7 @@ SsdTier::SsdTier(SsdOptions options, SsdIdentity identity)
     fail(ErrorCategory::kInvalidArgument, "--ssd-cache {}: not a directory{}", options_.dir.string(),
          ec ? " (" + ec.message() + ")" : "");
   lock_directory();
-  std::filesystem::create_directories(entry_dir_, ec);
+  std::filesystem::create_directories(entry_dir_ / "checkpoints", ec);
   if (ec || ::access(entry_dir_.c_str(), W_OK) != 0)
     stop_spilling(fmt::format("{} is not writable ({})", entry_dir_.string(), ec ? ec.message() : std::strerror(errno)));
   stats_.scanning = true;
@@ -147,6 +151,7 @@ void SsdTier::scan() {
     }
     const std::filesystem::path path = it->path();
     const std::string name = path.filename().string();
+    if (it->is_directory()) continue;  // checkpoints/
     if (name.ends_with(".tmp")) {  // a write cut short by a crash (ours are still being written)
       if (name.find(own) == std::string::npos) remove_entry_file(path, "an unfinished write");
       continue;
@@ -173,6 +178,27 @@ void SsdTier::scan() {
       }
       remove_entry_file(path, e.what());
     }
+  }
+  for (std::filesystem::directory_iterator c(entry_dir_ / "checkpoints", ec); !ec && c != end; c.increment(ec)) {
+    const std::string name = c->path().filename().string();
+    if (name.ends_with(".tmp")) {
+      if (name.find(own) == std::string::npos) remove_entry_file(c->path(), "an unfinished write");
+      continue;
+    }
+    Sha256Digest key{};
+    bool named = name.size() == 64 + 5 && name.ends_with(".json");
+    for (size_t i = 0; named && i < 32; ++i) {
+      unsigned value = 0;
+      named = std::sscanf(name.c_str() + 2 * i, "%2x", &value) == 1;
+      key[i] = static_cast<uint8_t>(value);
+    }
+    if (!named) {
+      remove_entry_file(c->path(), "not a checkpoint");
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    checkpoints_.insert(key);
+    stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
   }
   std::lock_guard lock(mutex_);
   stats_.scanning = false;
@@ -238,7 +264,10 @@ void SsdTier::io_loop() {
       ReadJob job = std::move(reads_.front());
       reads_.pop_front();
       lock.unlock();
-      read(job);
+      if (job.checkpoint)
+        read_checkpoint(job);
+      else
+        read(job);
       lock.lock();
       continue;
     }
@@ -267,7 +296,90 @@ void SsdTier::io_loop() {
   }
 }
 
+std::filesystem::path SsdTier::checkpoint_path(const Sha256Digest& key) const {
+  return entry_dir_ / "checkpoints" / (hex(key) + ".json");
+}
+
+bool SsdTier::has_checkpoint(const Sha256Digest& key) const {
+  std::lock_guard lock(mutex_);
+  return checkpoints_.contains(key);
+}
+
+int64_t SsdTier::load_checkpoint(const Sha256Digest& key) {
+  std::lock_guard lock(mutex_);
+  const int64_t ticket = next_ticket_++;
+  reads_.push_back({ticket, {key}, true});
+  work_.notify_one();
+  return ticket;
+}
+
+// A checkpoint file: {"checksum": checksum64 of the state's text, "state": its text}.
+void SsdTier::write_checkpoint(SsdBlock& op) {
+  const std::filesystem::path path = checkpoint_path(op.digest);
+  try {
+    if (op.op == SsdBlock::Op::kForget) {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+      std::lock_guard lock(mutex_);
+      checkpoints_.erase(op.digest);
+      stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
+      return;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (!stats_.spilling) {
+        ++stats_.dropped;
+        return;
+      }
+    }
+    const std::string text =
+        nlohmann::json{{"checksum", checksum64(op.checkpoint.data(), op.checkpoint.size())}, {"state", op.checkpoint}}.dump();
+    write_file_atomically(path.parent_path(), path.filename().string(),
+                          {std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size())});
+    std::lock_guard lock(mutex_);
+    checkpoints_.insert(op.digest);
+    stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
+    ++stats_.checkpoints_written;
+  } catch (const std::system_error& e) {
+    std::lock_guard lock(mutex_);
+    ++stats_.errors;
+    if (refuses_writes(e.code().value())) stop_spilling(e.what());
+    else log::warn("ssd cache: {}", e.what());
+  }
+}
+
+void SsdTier::read_checkpoint(ReadJob& job) {
+  Restored done{job.ticket, {}, {}};
+  const std::filesystem::path path = checkpoint_path(job.digests[0]);
+  try {
+    std::ifstream in(path, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const nlohmann::json j = nlohmann::json::parse(text);
+    std::string state = j.at("state").get<std::string>();
+    if (checksum64(state.data(), state.size()) != j.at("checksum").get<uint64_t>())
+      throw Error(ErrorCategory::kInvalidData, "checkpoint checksum mismatch");
+    done.checkpoint = std::move(state);
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.errors;
+      checkpoints_.erase(job.digests[0]);
+      stats_.checkpoints = static_cast<int64_t>(checkpoints_.size());
+    }
+    remove_entry_file(path, e.what());
+  }
+  std::function<void()> listener;
+  {
+    std::lock_guard lock(mutex_);
+    if (!done.checkpoint.empty()) ++stats_.resumed;
+    restored_.push_back(std::move(done));
+    listener = restore_listener_;
+  }
+  if (listener) listener();
+}
+
 void SsdTier::write(SsdBlock& block) {
+  if (block.op != SsdBlock::Op::kEntry) return write_checkpoint(block);
   {
     std::lock_guard lock(mutex_);
     if (index_.contains(block.digest)) return;  // written meanwhile (handed over twice)
@@ -348,7 +460,7 @@ SsdEntry SsdTier::read_checked(const Sha256Digest& digest) const {
 // The entries are read by a few threads at once (a disk serves several reads in flight
 // faster than one after another), then taken in prefix order up to the first bad one.
 void SsdTier::read(ReadJob& job) {
-  Restored done{job.ticket, {}};
+  Restored done{job.ticket, {}, {}};
   Timer timer;
   const size_t n = job.digests.size();
   std::vector<std::optional<SsdEntry>> read(n);

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -51,6 +52,11 @@ struct SsdOptions {
 // A block leaving memory: its place in a prefix and one pool block per kind (empty:
 // the kind holds none for it).
 struct SsdBlock {
+  // kEntry: a prefix block. kCheckpoint: a generation's saved state (`checkpoint`, named
+  // by `digest`, its request's identity), written after the blocks queued before it.
+  // kForget: that checkpoint's file removed (the generation finished).
+  enum class Op { kEntry, kCheckpoint, kForget } op = Op::kEntry;
+  std::string checkpoint;
   uint64_t scope = 0;
   int64_t depth = 0;
   Sha256Digest parent{}, digest{};
@@ -75,6 +81,9 @@ struct SsdStats {
   int64_t errors = 0;            // failed writes and reads, bad files found
   int64_t removed = 0;           // bad or foreign files removed, entries evicted past max_bytes
   bool spilling = true;          // false once the disk refused a write
+  int64_t checkpoints = 0;       // generation checkpoints on disk
+  int64_t checkpoints_written = 0;
+  int64_t resumed = 0;           // checkpoints read back (a generation resumed)
 };
 
 class SsdTier {
@@ -101,9 +110,15 @@ class SsdTier {
   // Reads the entries `digests` (a prefix's consecutive blocks) in the background; the
   // engine collects them with take_restored(). Returns a ticket.
   int64_t restore(std::vector<Sha256Digest> digests);
+  // Generation checkpoints (--generation-checkpoint), named by their request's identity:
+  // queued behind the blocks they need (save with Op::kCheckpoint / kForget), listed at the
+  // scan, read back in the background like entries.
+  bool has_checkpoint(const Sha256Digest& key) const;
+  int64_t load_checkpoint(const Sha256Digest& key);
   struct Restored {
     int64_t ticket = 0;
     std::vector<SsdEntry> entries;  // the first ones that read back whole, in order
+    std::string checkpoint;         // load_checkpoint: the saved state; empty when it failed
   };
   std::vector<Restored> take_restored();
   // Called (from the I/O thread) when a restore is ready to take.
@@ -126,12 +141,17 @@ class SsdTier {
   struct ReadJob {
     int64_t ticket;
     std::vector<Sha256Digest> digests;
+    bool checkpoint = false;  // digests[0] names a checkpoint
   };
   void lock_directory();
   void scan();
   void io_loop();
   void write(SsdBlock& block);
   void read(ReadJob& job);
+  void read_checkpoint(ReadJob& job);
+  void write_checkpoint(SsdBlock& op);
+  void finish_read(Restored done);
+  std::filesystem::path checkpoint_path(const Sha256Digest& key) const;
   SsdEntry read_checked(const Sha256Digest& digest) const;
   static constexpr size_t kReadThreads = 4;  // reads in flight per restore
   void evict_past_cap();
@@ -146,6 +166,7 @@ class SsdTier {
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable work_, written_;
   std::map<Sha256Digest, Indexed> index_;
+  std::set<Sha256Digest> checkpoints_;
   std::deque<SsdBlock> writes_;
   std::deque<ReadJob> reads_;
   std::vector<Restored> restored_;

@@ -207,6 +207,7 @@ HttpServer::Prepared HttpServer::prepare(const http::Request& req, Api api, int 
   p.request.sampling = params.sampling;
   p.request.stop = params.stop;
   p.request.ignore_eos = params.ignore_eos;
+  p.request.route = req.path;
   // Cached prefixes are shared only between requests of one key and one cache_salt.
   if (key_index != 0 || !params.cache_salt.empty())
     p.request.cache_scope = std::hash<std::string>{}(fmt::format("{}\x1f{}", key_index, params.cache_salt)) | 1;

@@ -174,6 +174,7 @@ void parse_openai_sampling(const ordered_json& body, const RequestContext& ctx, 
   if (auto m = number_field(body, "min_p", 0.0, 1.0)) p.sampling.min_p = static_cast<float>(*m);
   if (auto s = int_field(body, "seed", INT64_MIN)) {
     p.sampling.seed = static_cast<uint64_t>(*s);
+    p.sampling.seeded = true;
   } else {
     p.sampling.seed = std::random_device{}();
   }
