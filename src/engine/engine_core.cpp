@@ -463,7 +463,8 @@ EngineLoad EngineCore::load() const {
     const SsdStats t = tier_->stats();
     load.ssd = {true,      t.spilling, t.scanning,        t.entries,       t.bytes,        t.max_bytes,
                 t.hits,    t.restores, t.restore_bytes,   t.restore_seconds, t.written,    t.written_bytes,
-                t.queued,  t.queued_bytes, t.dropped,     t.errors,        t.removed};
+                t.queued,  t.queued_bytes, t.dropped,     t.errors,        t.removed,
+                t.checkpoints, t.checkpoints_written, t.resumed};
   }
   return load;
 }

@@ -50,6 +50,9 @@ struct SsdLoad {
   int64_t dropped = 0;          // spills not taken (queue full, spilling stopped, shutdown)
   int64_t errors = 0;
   int64_t removed = 0;          // bad or foreign files removed, entries evicted past the cap
+  int64_t checkpoints = 0;      // generation checkpoints on disk (--generation-checkpoint)
+  int64_t checkpoints_written = 0;
+  int64_t resumed = 0;          // generations resumed from one
 };
 
 struct EngineLoad {

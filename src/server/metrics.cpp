@@ -47,7 +47,10 @@ nlohmann::json ssd_stats(const SsdLoad& s) {
           {"spill_queue_bytes", s.queued_bytes},
           {"dropped", s.dropped},
           {"errors", s.errors},
-          {"removed", s.removed}};
+          {"removed", s.removed},
+          {"checkpoints", s.checkpoints},
+          {"checkpoints_written", s.checkpoints_written},
+          {"resumed", s.resumed}};
 }
 
 }  // namespace
@@ -146,6 +149,8 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
            std::to_string(d.dropped));
     single("kettle_ssd_cache_errors_total", "counter", "Failed disk reads and writes, bad files found.",
            std::to_string(d.errors));
+    single("kettle_generation_checkpoints", "gauge", "Generation checkpoints on disk.", std::to_string(d.checkpoints));
+    single("kettle_generations_resumed_total", "counter", "Generations resumed from a checkpoint.", std::to_string(d.resumed));
     single("kettle_ssd_cache_spilling", "gauge", "1 while blocks are written to disk; 0 once the disk refused.",
            d.spilling ? "1" : "0");
   }

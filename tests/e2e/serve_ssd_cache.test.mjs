@@ -347,3 +347,81 @@ test('POST /admin/cache/clear empties memory and disk; the disk-tier flags need 
   assert.notEqual(orphan.status, 0);
   assert.match(orphan.stderr, /--ssd-cache-verify requires --ssd-cache/);
 });
+
+// --generation-checkpoint: a long greedy answer, its server killed (kill -9) mid-stream; the
+// same request to the restarted server returns every token an uninterrupted run returns.
+const checkpointFiles = (dir) => {
+  const d = join(entryDir(dir), 'checkpoints');
+  return existsSync(d) ? readdirSync(d).filter((n) => n.endsWith('.json')) : [];
+};
+async function streamUntil(server, body, chunks) {
+  const controller = new AbortController();
+  const r = await fetch(`${server.base}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }),
+    signal: controller.signal,
+  });
+  let seen = 0, text = '';
+  const decoder = new TextDecoder();
+  for await (const bytes of r.body) {
+    text += decoder.decode(bytes, { stream: true });
+    seen = text.split('data: {').length - 1;
+    if (seen >= chunks) break;
+  }
+  return { seen, controller };
+}
+
+test('a generation killed mid-answer resumes from its checkpoint to the tokens of an uninterrupted run', async () => {
+  const dir = join(root, 'checkpoint');
+  const body = { prompt: 'Once upon a time, in a small village by the sea,', max_tokens: 900, temperature: 0 };
+  const reference = await coldAnswer(body.prompt, body.max_tokens);
+  const first = await startServer(['--ssd-cache', dir, '--generation-checkpoint', '16']);
+  const { seen } = await streamUntil(first, body, 200);
+  first.proc.kill('SIGKILL');
+  await first.exit;
+  assert.ok(seen >= 200);
+  assert.equal(checkpointFiles(dir).length, 1, 'the running generation left its checkpoint');
+
+  const second = await startIndexed(['--ssd-cache', dir, '--generation-checkpoint', '16']);
+  try {
+    const r = await fetch(`${second.base}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+    });
+    const j = await r.json();
+    assert.equal(j.choices[0].text, reference);
+    assert.equal(j.usage.completion_tokens, body.max_tokens);
+    const m = second.stderr.match(/resuming a generation from its checkpoint after (\d+) tokens/);
+    assert.ok(m && Number(m[1]) >= 180, second.stderr);
+    assert.equal((await stats(second)).resumed, 1);
+    assert.equal(checkpointFiles(dir).length, 0, 'a finished generation deletes its checkpoint');
+
+    // Streamed, resumed again after a client that went away: the replayed text comes first, then the rest.
+    const { controller } = await streamUntil(second, body, 100);
+    controller.abort();
+    for (let i = 0; i < 100 && checkpointFiles(dir).length === 0; i++) await sleep(20);
+    await sleep(200);
+    assert.equal(checkpointFiles(dir).length, 1, 'a cancelled generation keeps its checkpoint');
+    const s = await fetch(`${second.base}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }),
+    });
+    let text = '';
+    for await (const e of (await import('../support/kettle_server.mjs')).sseJson(s)) text += e.choices?.[0]?.text ?? '';
+    assert.equal(text, reference);
+    assert.equal((await stats(second)).resumed, 2);
+  } finally { stopServer(second); }
+});
+
+test('only reproducible generations are checkpointed; --generation-checkpoint needs --ssd-cache', async () => {
+  const dir = join(root, 'checkpoint-random');
+  const server = await startServer(['--ssd-cache', dir, '--generation-checkpoint', '4']);
+  try {
+    // Sampled without a seed: a retry is a new sample, so nothing is written for it.
+    const { controller } = await streamUntil(server, { prompt: 'The sea was', max_tokens: 400, temperature: 0.8 }, 40);
+    controller.abort();
+    await sleep(300);
+    assert.equal(checkpointFiles(dir).length, 0);
+    assert.equal((await stats(server)).checkpoints_written, 0);
+  } finally { stopServer(server); }
+  const orphan = spawnSync(kettle, ['serve', '--generation-checkpoint', '8'], { encoding: 'utf8', timeout: 20000 });
+  assert.notEqual(orphan.status, 0);
+  assert.match(orphan.stderr, /--generation-checkpoint requires --ssd-cache/);
+});
