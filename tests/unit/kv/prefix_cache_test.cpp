@@ -22,6 +22,7 @@
 #include "kv/kv_quant.h"
 #include "kv/ssd_tier.h"
 #include "util/error.h"
+#include "support/temp_dir.h"
 
 namespace kettle {
 namespace {
@@ -339,22 +340,6 @@ TEST(KvPool, QuantizedLayersSizeTheirBlocksByTheirCodecs) {
 
 // ---- the disk tier -------------------------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/kettle_prefix_ssd_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
-    path_ = name;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 constexpr auto kPatience = std::chrono::seconds(10);
 
@@ -404,7 +389,7 @@ void expect_rows_of(KvPool& pool, const PrefixCache::Match& m, const std::vector
 // the prompt's digests, reads them back and puts them in its tree: the next match adopts
 // them, holding the same bytes as the blocks that left.
 TEST_F(PrefixCacheTest, EvictedBlocksComeBackIntoAFreshProcess) {
-  TempDir dir;
+  TempDir dir("kettle_prefix_ssd");
   const uint64_t scope = 42;
   const std::vector<int32_t> tokens = range(500, 12);  // three blocks
   std::vector<int32_t> prompt = tokens;
@@ -460,7 +445,7 @@ TEST_F(PrefixCacheTest, EvictedBlocksComeBackIntoAFreshProcess) {
 // The engine's usual case: a prompt's first blocks are still in memory, the rest on disk.
 // Blocks whose path left memory meanwhile are not restored (and nothing leaks).
 TEST_F(PrefixCacheTest, ThePromptsLaterBlocksAreRestoredBehindItsCachedOnes) {
-  TempDir dir;
+  TempDir dir("kettle_prefix_ssd");
   SsdTier tier(ssd_options(dir.path()), kIdentity);
   PrefixCache cache(pool_, 1 << 20);
   cache.set_disk_tier(&tier);
@@ -508,7 +493,7 @@ TEST_F(PrefixCacheTest, ThePromptsLaterBlocksAreRestoredBehindItsCachedOnes) {
 
 // A pool whose blocks are all held takes what fits and no more: no throw, no leak.
 TEST_F(PrefixCacheTest, ARestoreIntoAFullPoolTakesWhatFits) {
-  TempDir dir;
+  TempDir dir("kettle_prefix_ssd");
   const std::vector<int32_t> tokens = range(0, 12);
   std::vector<int32_t> prompt = tokens;
   prompt.push_back(-1);
@@ -540,7 +525,7 @@ TEST_F(PrefixCacheTest, ARestoreIntoAFullPoolTakesWhatFits) {
 // Written behind while idle: every block the tree holds goes to the tier once, parents
 // first; afterwards evicting them writes nothing more.
 TEST_F(PrefixCacheTest, WriteBehindHandsTheTierEveryUnsavedBlockOnce) {
-  TempDir dir;
+  TempDir dir("kettle_prefix_ssd");
   SsdTier tier(ssd_options(dir.path()), kIdentity);
   PrefixCache cache(pool_, 1 << 20);
   std::vector<int32_t> a = range(0, 12), b = range(0, 4);
@@ -578,7 +563,7 @@ TEST_F(PrefixCacheTest, WriteBehindHandsTheTierEveryUnsavedBlockOnce) {
 // demote_idle(0) sends every block nobody holds to disk (leaves, then the parents that
 // become leaves); a running sequence's path stays.
 TEST_F(PrefixCacheTest, DemotingIdleBlocksSendsEveryUnheldOneToDisk) {
-  TempDir dir;
+  TempDir dir("kettle_prefix_ssd");
   SsdTier tier(ssd_options(dir.path()), kIdentity);
   PrefixCache cache(pool_, 1 << 20);
   cache.set_disk_tier(&tier);

@@ -19,28 +19,13 @@
 
 #include "kv/ssd_tier.h"
 #include "util/error.h"
+#include "support/temp_dir.h"
 
 namespace kettle {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/kettle_ssd_entry_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
-    path_ = name;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::vector<uint8_t> file_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -98,7 +83,7 @@ std::string error_of(F&& f) {
 }
 
 TEST(SsdEntry, WrittenAndReadBackWhole) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const Written w = write_example(dir.path());
   EXPECT_EQ(w.path.filename().string(), hex(w.header.digest) + ".kv");
   std::vector<std::string> names;
@@ -141,7 +126,7 @@ TEST(SsdEntry, WrittenAndReadBackWhole) {
 }
 
 TEST(SsdEntry, AnEntryWithoutTensorsAndAnOverwrite) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   SsdEntryHeader h;
   h.tokens = {9};
   h.digest = prefix_block_digest(h.parent, h.tokens);
@@ -161,7 +146,7 @@ TEST(SsdEntry, AnEntryWithoutTensorsAndAnOverwrite) {
 // Every byte of the preamble and the JSON header, flipped, is refused by both readers and
 // whatever `verify` says (checked in memory for every byte, through files for a sample).
 TEST(SsdEntry, AFlippedHeaderByteIsRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const Written w = write_example(dir.path());
   const std::vector<uint8_t> good = file_bytes(w.path);
   const size_t header_end = 24 + u32_at(good, 12);
@@ -192,7 +177,7 @@ TEST(SsdEntry, AFlippedHeaderByteIsRefused) {
 // tensor byte comes back as stored (the documented cost of not verifying; the header is
 // always checked).
 TEST(SsdEntry, AFlippedTensorByteIsCaughtOnlyWhenVerifying) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const Written w = write_example(dir.path());
   const SsdEntry good = read_ssd_entry(w.path, true);
   for (size_t t = 0; t < 2; ++t) {
@@ -215,7 +200,7 @@ TEST(SsdEntry, AFlippedTensorByteIsCaughtOnlyWhenVerifying) {
 }
 
 TEST(SsdEntry, ATruncatedFileIsRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const Written w = write_example(dir.path());
   const std::vector<uint8_t> good = file_bytes(w.path);
   const fs::path copy = dir.path() / "copy.kv";
@@ -235,7 +220,7 @@ TEST(SsdEntry, ATruncatedFileIsRefused) {
 }
 
 TEST(SsdEntry, GarbageEmptyAndMissingFilesAreRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const fs::path garbage = dir.path() / "garbage.kv", empty = dir.path() / "empty.kv";
   put_file(garbage, random_bytes(3 * 4096, 99));
   put_file(empty, {});
@@ -258,7 +243,7 @@ TEST(SsdEntry, GarbageEmptyAndMissingFilesAreRefused) {
 }
 
 TEST(SsdEntry, WrongMagicAndWrongVersionAreRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const Written w = write_example(dir.path());
   const std::vector<uint8_t> good = file_bytes(w.path);
   std::vector<uint8_t> bad = good;
@@ -276,7 +261,7 @@ TEST(SsdEntry, WrongMagicAndWrongVersionAreRefused) {
 // A header that passes its checksum but places a tensor outside the file (written by a
 // buggy or hostile writer) is refused by the bounds check, not trusted.
 TEST(SsdEntry, AConsistentHeaderThatLiesAboutItsTensorsIsRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   const Written w = write_example(dir.path());
   const std::vector<uint8_t> good = file_bytes(w.path);
   const uint32_t json_bytes = u32_at(good, 12);
@@ -299,7 +284,7 @@ TEST(SsdEntry, AConsistentHeaderThatLiesAboutItsTensorsIsRefused) {
 }
 
 TEST(SsdEntry, WritingIntoAMissingDirectoryThrowsSystemError) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_entry");
   SsdEntryHeader h;
   h.tokens = {1, 2};
   h.digest = prefix_block_digest(h.parent, h.tokens);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "support/temp_dir.h"
 
 namespace kettle {
 namespace {
@@ -30,22 +31,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 constexpr auto kPatience = std::chrono::seconds(10);
 
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/kettle_ssd_tier_XXXXXX";
-    if (::mkdtemp(name) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
-    path_ = name;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A tmpfs mounted on `dir` for the test's life (unmounted lazily, whatever happens).
 class TmpfsMount {
@@ -166,10 +151,12 @@ void expect_same(const SsdEntry& e, const SsdBlock& b) {
   EXPECT_EQ(t, e.header.tensors.size());
 }
 
+// The files of an entry directory (its checkpoints/ folder aside).
 std::vector<std::string> files_in(const fs::path& dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (!e.is_directory()) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -185,7 +172,7 @@ void flip_byte(const fs::path& path, size_t at) {
 }
 
 TEST(SsdTier, SavedBlocksAreWrittenAndCounted) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   SsdTier tier(options_for(dir.path()), identity());
   ASSERT_TRUE(scanned(tier));
   const std::vector<SsdBlock> blocks = chain(7, 3, 100, 5000, 3000);  // each: 4096 + 8192 + 4096 bytes
@@ -221,7 +208,7 @@ TEST(SsdTier, SavedBlocksAreWrittenAndCounted) {
 }
 
 TEST(SsdTier, ASecondTierOnTheSameDirectoryIsRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   {
     SsdTier first(options_for(dir.path()), identity());
     try {
@@ -239,13 +226,13 @@ TEST(SsdTier, ASecondTierOnTheSameDirectoryIsRefused) {
 }
 
 TEST(SsdTier, ADirectoryThatIsAFileIsRefused) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   std::ofstream(dir.path() / "file") << "x";
   EXPECT_THROW(SsdTier tier(options_for(dir.path() / "file"), identity()), Error);
 }
 
 TEST(SsdTier, ARestartFindsTheEntriesAndRestoresThemByteForByte) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const std::vector<SsdBlock> blocks = chain(3, 4, 40, 4096, 100);
   {
     SsdTier tier(options_for(dir.path()), identity());
@@ -297,7 +284,7 @@ TEST(SsdTier, ARestartFindsTheEntriesAndRestoresThemByteForByte) {
 }
 
 TEST(SsdTier, AnotherModelHasItsOwnDirectoryAndItsFilesAreRemovedFromOurs) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const std::vector<SsdBlock> ours = chain(0, 2, 0, 1000), theirs = chain(0, 2, 1000, 1000);
   fs::path our_dir, their_dir;
   {
@@ -343,7 +330,7 @@ TEST(SsdTier, AnotherModelHasItsOwnDirectoryAndItsFilesAreRemovedFromOurs) {
 }
 
 TEST(SsdTier, AFileWithAFlippedHeaderByteIsRemovedAtScan) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const std::vector<SsdBlock> blocks = chain(0, 3, 0, 2000);
   fs::path entry_dir;
   {
@@ -366,7 +353,7 @@ TEST(SsdTier, AFileWithAFlippedHeaderByteIsRemovedAtScan) {
 // Other damage the scan finds: an entry whose name is not its digest, a truncated one,
 // something that is no entry at all.
 TEST(SsdTier, MisnamedTruncatedAndForeignFilesAreRemovedAtScan) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const std::vector<SsdBlock> blocks = chain(0, 3, 0, 5000);
   fs::path entry_dir;
   {
@@ -393,7 +380,7 @@ TEST(SsdTier, MisnamedTruncatedAndForeignFilesAreRemovedAtScan) {
 // restore there and is removed. Without it only the header is checked and the damaged
 // bytes come back (the documented cost of --ssd-cache without verify).
 TEST(SsdTier, AFlippedTensorByteIsCaughtOnlyWhenVerifying) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const std::vector<SsdBlock> blocks = chain(0, 3, 0, 6000);
   fs::path entry_dir;
   {
@@ -435,7 +422,7 @@ TEST(SsdTier, AFlippedTensorByteIsCaughtOnlyWhenVerifying) {
 }
 
 TEST(SsdTier, AnotherProcesssUnfinishedWriteIsRemovedAtScan) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const std::vector<SsdBlock> blocks = chain(0, 1, 0, 100);
   fs::path entry_dir;
   {
@@ -460,7 +447,7 @@ TEST(SsdTier, AnotherProcesssUnfinishedWriteIsRemovedAtScan) {
 
 // Past max_bytes the least recently used entries go: written, or read back, counts as a use.
 TEST(SsdTier, TheByteCapEvictsTheLeastRecentlyUsed) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const size_t entry = 2 * kSsdAlignment;  // header page + one tensor page
   const size_t cap = entry * 5 / 2;
   SsdTier tier(options_for(dir.path(), cap), identity());
@@ -502,7 +489,7 @@ TEST(SsdTier, TheByteCapEvictsTheLeastRecentlyUsed) {
 // A directory left over its cap (a restart with a smaller --ssd-cache-max) is trimmed once
 // the scan has indexed it.
 TEST(SsdTier, ARestartOverTheCapIsTrimmedAfterTheScan) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   const size_t entry = 2 * kSsdAlignment;
   const std::vector<SsdBlock> blocks = chain(0, 4, 0, 1000);
   {
@@ -515,7 +502,7 @@ TEST(SsdTier, ARestartOverTheCapIsTrimmedAfterTheScan) {
 }
 
 TEST(SsdTier, ClearDeletesEveryEntry) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   SsdTier tier(options_for(dir.path()), identity());
   ASSERT_TRUE(scanned(tier));
   const std::vector<SsdBlock> blocks = chain(0, 3, 0, 100);
@@ -531,7 +518,7 @@ TEST(SsdTier, ClearDeletesEveryEntry) {
 
 // Tests run as root, which ignores mode bits: a read-only filesystem is the real refusal.
 TEST(SsdTier, AReadOnlyDirectoryServesWithoutSpilling) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   TmpfsMount mount(dir.path(), "size=1m,ro");
   if (!mount.mounted()) GTEST_SKIP() << "cannot mount a read-only tmpfs here (mount needs CAP_SYS_ADMIN)";
   SsdTier tier(options_for(dir.path()), identity());
@@ -548,7 +535,7 @@ TEST(SsdTier, AReadOnlyDirectoryServesWithoutSpilling) {
 
 // A cache written earlier and now mounted read-only still serves what it holds.
 TEST(SsdTier, AReadOnlyCacheStillRestores) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   TmpfsMount mount(dir.path(), "size=1m");
   if (!mount.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (mount needs CAP_SYS_ADMIN)";
   const std::vector<SsdBlock> blocks = chain(0, 2, 0, 3000);
@@ -568,7 +555,7 @@ TEST(SsdTier, AReadOnlyCacheStillRestores) {
 }
 
 TEST(SsdTier, AFullDiskStopsSpillingAndKeepsOnlyWholeEntries) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   TmpfsMount mount(dir.path(), "size=256k");
   if (!mount.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (mount needs CAP_SYS_ADMIN)";
   std::vector<SsdBlock> blocks = chain(0, 40, 0, 12000, 900);  // 4 + 12 + 4 KiB each: 800 KiB
@@ -618,7 +605,7 @@ TEST(SsdTier, AFullDiskStopsSpillingAndKeepsOnlyWholeEntries) {
 // Every block the tier took is accounted for: written, failed, or dropped (queued when the
 // disk refused).
 TEST(SsdTier, EverySpillTakenIsWrittenFailedOrDropped) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   TmpfsMount mount(dir.path(), "size=256k");
   if (!mount.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (mount needs CAP_SYS_ADMIN)";
   SsdTier tier(options_for(dir.path()), identity());
@@ -640,7 +627,7 @@ TEST(SsdTier, EverySpillTakenIsWrittenFailedOrDropped) {
 // A temporary left by a crashed process with the same pid (PID 1 in a container) is removed:
 // temporaries carry a random tag per process, not only the pid.
 TEST(SsdTier, AStaleTemporaryOfTheSamePidIsRemovedAtScan) {
-  TempDir dir;
+  TempDir dir("kettle_ssd_tier");
   fs::path entry_dir;
   {
     SsdTier tier(options_for(dir.path()), identity());
