@@ -4,8 +4,8 @@
 #include "engine/engine.h"
 
 #include <condition_variable>
-#include <deque>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -201,6 +201,8 @@ void Engine::stop() {
   }
   impl_->wake.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  // The disk tier's reads may end after this: they no longer wake a thread that is gone.
+  if (SsdTier* tier = impl_->core.disk_tier()) tier->set_restore_listener({});
 }
 
 }  // namespace kettle

@@ -368,14 +368,10 @@ void SsdTier::read_checkpoint(ReadJob& job) {
     }
     remove_entry_file(path, e.what());
   }
-  std::function<void()> listener;
-  {
-    std::lock_guard lock(mutex_);
-    if (!done.checkpoint.empty()) ++stats_.resumed;
-    restored_.push_back(std::move(done));
-    listener = restore_listener_;
-  }
-  if (listener) listener();
+  std::lock_guard lock(mutex_);  // the listener is called under the lock: set_restore_listener({}) stops it for good
+  if (!done.checkpoint.empty()) ++stats_.resumed;
+  restored_.push_back(std::move(done));
+  if (restore_listener_) restore_listener_();
 }
 
 void SsdTier::write(SsdBlock& block) {
@@ -501,19 +497,15 @@ void SsdTier::read(ReadJob& job) {
   }
   const auto now = std::chrono::system_clock::now();
   for (const SsdEntry& e : done.entries) ::utimensat(AT_FDCWD, (entry_dir_ / ssd_entry_name(e.header.digest)).c_str(), nullptr, 0);
-  std::function<void()> listener;
-  {
-    std::lock_guard lock(mutex_);
-    for (const SsdEntry& e : done.entries)
-      if (auto it = index_.find(e.header.digest); it != index_.end()) it->second.used = now;
-    if (!done.entries.empty()) ++stats_.hits;
-    stats_.restores += static_cast<int64_t>(done.entries.size());
-    stats_.restore_bytes += bytes;
-    stats_.restore_seconds += timer.seconds();
-    restored_.push_back(std::move(done));
-    listener = restore_listener_;
-  }
-  if (listener) listener();
+  std::lock_guard lock(mutex_);
+  for (const SsdEntry& e : done.entries)
+    if (auto it = index_.find(e.header.digest); it != index_.end()) it->second.used = now;
+  if (!done.entries.empty()) ++stats_.hits;
+  stats_.restores += static_cast<int64_t>(done.entries.size());
+  stats_.restore_bytes += bytes;
+  stats_.restore_seconds += timer.seconds();
+  restored_.push_back(std::move(done));
+  if (restore_listener_) restore_listener_();  // under the lock, as read_checkpoint's
 }
 
 int64_t SsdTier::clear() {

@@ -121,7 +121,8 @@ class SsdTier {
     std::string checkpoint;         // load_checkpoint: the saved state; empty when it failed
   };
   std::vector<Restored> take_restored();
-  // Called (from the I/O thread) when a restore is ready to take.
+  // Called from the I/O thread, under the tier's lock (so it must not call the tier), when
+  // a restore is ready to take; after set_restore_listener({}) returns it is never called.
   void set_restore_listener(std::function<void()> listener);
 
   // Waits until every queued spill is written (or failed), up to `deadline`; returns
