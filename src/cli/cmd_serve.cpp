@@ -24,6 +24,7 @@
 #include "engine/memory_policy.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/model_fingerprint.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -125,12 +126,6 @@ MemoryFlags memory_flags(const ServeFlags& flags, const KvQuant& kv_quant) {
   return m;
 }
 
-std::string model_id(const std::string& folder) {
-  std::filesystem::path p = std::filesystem::path(folder).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
-
 // A model without a chat template still serves /v1/completions.
 std::optional<ChatTemplate> load_chat_template(const std::string& folder) {
   try {
@@ -162,7 +157,7 @@ int run_serve(const ServeFlags& flags) {
 
   server::ServerConfig config;
   // A registry query names the model as the user wrote it (as vLLM does); a folder by its name.
-  config.model_id = flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_id(folder) : flags.model;
+  config.model_id = flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_folder_name(folder) : flags.model;
   config.context_length = model.spec.max_position_embeddings;
   config.weight_bytes = model.weight_bytes();
   if (const QuantConfig& q = model.spec.quant; q.present())

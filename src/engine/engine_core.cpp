@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "model/model_fingerprint.h"
 #include "model/rope_config.h"
@@ -48,12 +47,6 @@ std::string kv_layout_identity(const KvPool& pool, const std::string& policy, si
   return text;
 }
 
-std::string model_name(const std::string& source) {
-  std::filesystem::path p = std::filesystem::path(source).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return p.filename().string();
-}
-
 std::unique_ptr<SsdTier> tier_for(const Model& model, const KvPool& pool, const EngineOptions& o, bool cache_on) {
   if (o.ssd.dir.empty()) return nullptr;
   if (o.prompt_cache_bytes == 0)
@@ -64,7 +57,7 @@ std::unique_ptr<SsdTier> tier_for(const Model& model, const KvPool& pool, const 
          "prefixes are never reused", model.source);
   const ModelFingerprint fp = model_fingerprint(model.source);
   return std::make_unique<SsdTier>(
-      o.ssd, SsdIdentity{model_name(model.source), fp.weights, fp.tokenizer,
+      o.ssd, SsdIdentity{model_folder_name(model.source), fp.weights, fp.tokenizer,
                          kv_layout_identity(pool, o.kv_quant.name(), pool.ranks())});
 }
 

@@ -342,7 +342,7 @@ int64_t PrefixCache::write_behind(bool again) {
 void PrefixCache::write_path(const Hold& hold) {
   if (tier_ == nullptr) return;
   for (Node* node = hold.node_; node && node->parent; node = node->parent)
-    if (!node->handed_to_disk && !tier_->contains(node->digest)) hand_to_disk(node[0]);
+    if (!node->handed_to_disk) hand_to_disk(*node);  // (it skips what is on disk)
 }
 
 int64_t PrefixCache::not_on_disk() const {

@@ -72,17 +72,7 @@ std::string digest_hex(const Sha256Digest& d) { return hex(d); }
 
 Sha256Digest digest_from_hex(const std::string& text, const std::string& name) {
   Sha256Digest d{};
-  if (text.size() != 64) fail(ErrorCategory::kInvalidData, "{}: a digest is 64 hex digits", name);
-  for (size_t i = 0; i < 32; ++i) {
-    unsigned value = 0;
-    for (size_t j = 0; j < 2; ++j) {
-      const char c = text[2 * i + j];
-      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (digit < 0) fail(ErrorCategory::kInvalidData, "{}: a digest is 64 hex digits", name);
-      value = value * 16 + static_cast<unsigned>(digit);
-    }
-    d[i] = static_cast<uint8_t>(value);
-  }
+  if (!parse_hex_digest(text, d)) fail(ErrorCategory::kInvalidData, "{}: a digest is 64 hex digits", name);
   return d;
 }
 

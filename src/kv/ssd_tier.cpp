@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -186,13 +185,7 @@ void SsdTier::scan() {
       continue;
     }
     Sha256Digest key{};
-    bool named = name.size() == 64 + 5 && name.ends_with(".json");
-    for (size_t i = 0; named && i < 32; ++i) {
-      unsigned value = 0;
-      named = std::sscanf(name.c_str() + 2 * i, "%2x", &value) == 1;
-      key[i] = static_cast<uint8_t>(value);
-    }
-    if (!named) {
+    if (!name.ends_with(".json") || !parse_hex_digest(std::string_view(name).substr(0, name.size() - 5), key)) {
       remove_entry_file(c->path(), "not a checkpoint");
       continue;
     }

@@ -45,6 +45,12 @@ void hash_safetensors_header(Sha256& h, const std::filesystem::path& path) {
 
 }  // namespace
 
+std::string model_folder_name(const std::string& folder) {
+  std::filesystem::path p = std::filesystem::path(folder).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 ModelFingerprint model_fingerprint(const std::string& source) {
   ModelFingerprint fp;
   const std::filesystem::path dir(source);

@@ -17,4 +17,8 @@ struct ModelFingerprint {
 // `source`: a model folder, or "synthetic:<preset>" (named by its source alone).
 ModelFingerprint model_fingerprint(const std::string& source);
 
+// A model folder's name (its last path component, a trailing slash ignored): how serve
+// names the model it serves and the disk tier names its directory.
+std::string model_folder_name(const std::string& folder);
+
 }  // namespace kettle

@@ -115,6 +115,17 @@ std::string hex(std::span<const uint8_t> bytes) {
   return out;
 }
 
+bool parse_hex_digest(std::string_view text, Sha256Digest& digest) {
+  if (text.size() != 64) return false;
+  for (size_t i = 0; i < 64; ++i) {
+    const char c = text[i];
+    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return false;
+    digest[i / 2] = static_cast<uint8_t>(i % 2 == 0 ? v << 4 : digest[i / 2] | v);
+  }
+  return true;
+}
+
 uint64_t checksum64(const void* data, size_t bytes, uint64_t seed) {
   const auto* p = static_cast<const uint8_t*>(data);
   const uint8_t* end = p + bytes;

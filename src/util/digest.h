@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace kettle {
 
@@ -32,6 +33,8 @@ class Sha256 {
 
 Sha256Digest sha256(const void* data, size_t bytes);
 std::string hex(std::span<const uint8_t> bytes);
+// 64 lowercase hex digits back into a digest; false when `text` is not that.
+bool parse_hex_digest(std::string_view text, Sha256Digest& digest);
 
 // 64 bits over `bytes`, 32 bytes a round in four lanes; equal on every machine.
 uint64_t checksum64(const void* data, size_t bytes, uint64_t seed = 0);
