@@ -178,6 +178,72 @@ KETTLE_HD float kv_decode(const KvRowCodec& c, const uint8_t* row, int64_t width
   return KETTLE_MUL(kv_lloyd_level(c.bits, static_cast<int>(kv_code(row, i * c.bits, c.bits))), half_bits_to_f32(r16));
 }
 
+// --- 16-element pieces (the CUDA attention's vector reads) ---
+
+// Elements [16 p, 16 p + 16) of a quantized row, as they sit in it: their codes (2 · bits
+// bytes, little-endian words, low bits first) and their group's parameter block (a piece
+// never straddles a group where group % 16 == 0), one little-endian word.
+struct KvPiece {
+  uint32_t words[4];
+  uint32_t param;
+};
+
+// Whether 16-element pieces of rows of `width` elements in heads of head_dim read as
+// KvPiece: groups of whole pieces, and every piece's codes and parameters aligned to their
+// own size in a row that is (codes: 2 · bits bytes, 4, 6, 8 or 16; parameters: 2 or 4).
+KETTLE_HD bool kv_pieces_fit(const KvRowCodec& c, int64_t width, int head_dim) {
+  if (!c.quantized() || c.group % 16 != 0 || head_dim % 16 != 0) return false;
+  if (c.bits != 2 && c.bits != 3 && c.bits != 4 && c.bits != 8) return false;  // the widths the device loads
+  const size_t code_unit = c.bits == 3 ? 2 : static_cast<size_t>(2 * c.bits), row = c.row_bytes(width);
+  return row % code_unit == 0 && row % c.group_param_bytes() == 0;
+}
+
+// Piece p of a quantized row of `width` elements (host reads; the device loads its words as
+// vectors, kv_rows.cuh).
+KETTLE_HD KvPiece kv_load_piece(const KvRowCodec& c, const uint8_t* row, int64_t width, int64_t p) {
+  KvPiece piece{{0, 0, 0, 0}, 0};
+  memcpy(piece.words, row + p * 2 * c.bits, static_cast<size_t>(2 * c.bits));
+  memcpy(&piece.param, row + c.code_bytes(width) + p * 16 / c.group * static_cast<int64_t>(c.group_param_bytes()),
+         c.group_param_bytes());
+  return piece;
+}
+
+// A piece's 16 values, as kv_decode gives them; B = c.bits (a constant, so each code's
+// word is known at compile time and the piece stays in registers on the device).
+template <int B>
+KETTLE_HD void kv_decode_piece_bits(const KvRowCodec& c, const KvPiece& piece, float* out) {
+  uint32_t q[16];
+  for (int e = 0; e < 16; ++e) {
+    const int bit = e * B, word = bit >> 5, shift = bit & 31;
+    uint32_t code = piece.words[word] >> shift;
+    if (shift + B > 32) code |= piece.words[word + 1] << (32 - shift);
+    q[e] = code & ((1u << B) - 1);
+  }
+  if (c.format == KvRowCodec::Format::kAffine) {
+    const float s = half_bits_to_f32(static_cast<uint16_t>(piece.param)),
+                b = half_bits_to_f32(static_cast<uint16_t>(piece.param >> 16));
+    for (int e = 0; e < 16; ++e) out[e] = KETTLE_MUL(s, static_cast<float>(q[e])) + b;
+  } else if (c.format == KvRowCodec::Format::kFp8) {
+    const float s = f32_from_bits(piece.param);
+    for (int e = 0; e < 16; ++e) out[e] = KETTLE_MUL(e4m3_bits_to_f32(static_cast<uint8_t>(q[e])), s);
+  } else {
+    const float r = half_bits_to_f32(static_cast<uint16_t>(piece.param));
+    for (int e = 0; e < 16; ++e) out[e] = KETTLE_MUL(kv_lloyd_level(B, static_cast<int>(q[e])), r);
+  }
+}
+
+// A piece's 16 values (c.bits is 2, 3, 4 or 8: kv_pieces_fit).
+KETTLE_HD void kv_decode_piece(const KvRowCodec& c, const KvPiece& piece, float* out) {
+  if (c.bits == 8)
+    kv_decode_piece_bits<8>(c, piece, out);
+  else if (c.bits == 4)
+    kv_decode_piece_bits<4>(c, piece, out);
+  else if (c.bits == 3)
+    kv_decode_piece_bits<3>(c, piece, out);
+  else
+    kv_decode_piece_bits<2>(c, piece, out);
+}
+
 // --- rotation (Lloyd-Max rows) ---
 
 KETTLE_HD bool kv_rotation_flips(int channel) { return ((static_cast<uint32_t>(channel) * 0x9E3779B1u) >> 31) != 0; }

@@ -101,8 +101,9 @@ struct WarpState {
 };
 
 // One warp's 32-key tile at j0 (keys outside [begin, end) invisible) folded into its state:
-// copy through the block table, S = Q·Kᵀ, the softmax update, O += P·V.
-template <int KT>
+// copy through the block table (kQuantized: decode the rows' codes, kv_rows.cuh), S = Q·Kᵀ,
+// the softmax update, O += P·V.
+template <int KT, bool kQuantized>
 __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
                                             bool aligned, const AttentionParams& p, int group, const __half* q_hi,
                                             const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
@@ -113,13 +114,18 @@ __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* tabl
     const int64_t j = j0 + lane;
     const bool visible = j >= begin && j < end;
     // Quantized rows: the pool row (read_tile finds the head in it); f16 rows: the element.
-    rows[lane] = !visible ? -1 : kv.quantized ? kv.row(table, static_cast<int>(j))
+    rows[lane] = !visible ? -1 : kQuantized ? kv.row(table, static_cast<int>(j))
                                                : kv.row(table, static_cast<int>(j)) * kv.ld + head_offset;
   }
   __syncwarp();
-  if (kv.quantized) {
-    read_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, k_tile, lane);
-    read_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, v_tile, lane);
+  if constexpr (kQuantized) {
+    if (kv.pieces) {
+      read_kv_pieces<KT>(kv, [rows](int key) { return rows[key]; }, kWarp, head_offset, hd, stride, lane, kWarp, k_tile,
+                         v_tile);
+    } else {
+      read_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, k_tile, lane);
+      read_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, v_tile, lane);
+    }
   } else {
     copy_tile(kv.k, rows, hd, aligned, k_tile, lane);
     copy_tile(kv.v, rows, hd, aligned, v_tile, lane);
@@ -226,7 +232,7 @@ __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* tabl
 // (not empty) starting at chunk_begin: the block's result into the query's output
 // (splits == 1) or the chunk's slot of partial (value, max, mass). Warp w takes keys
 // chunk_begin + 128 i + 32 w for i = 0, 1, ... KT bounds the 16-dim steps of head_dim.
-template <int KT>
+template <int KT, bool kQuantized>
 __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_t ldq, const Pages& kv,
                                              const AttentionParams& p, int group, int splits, int64_t t, int split,
                                              int head0, int64_t chunk_begin, int64_t begin, int64_t end, float* out,
@@ -264,7 +270,7 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
   const bool aligned = (hd & 7) == 0 && (kv.ld & 7) == 0;
   for (int64_t j0 = chunk_begin + warp * kWarp; j0 < end; j0 += kChunk)
     if (j0 + kWarp > begin)
-      attend_tile<KT>(kv, table, head_offset, hd, aligned, p, group, q_hi, q_lo, j0, begin, end, k_tile, v_tile,
+      attend_tile<KT, kQuantized>(kv, table, head_offset, hd, aligned, p, group, q_hi, q_lo, j0, begin, end, k_tile, v_tile,
                       sm_row[warp], lane, st);
 
   // The warps' states into shared memory (the tile area is free once every warp is here).
@@ -318,7 +324,7 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
 
 // One block: chunk blockIdx.x of query blockIdx.z for heads [group · blockIdx.y, + group).
 // A chunk past the query's keys (the step's bound is a bucket) only marks its slot empty.
-template <int KT>
+template <int KT, bool kQuantized>
 __global__ void __launch_bounds__(kAttnWarps* kWarp, 3)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, Pages kv, const int32_t* __restrict__ positions,
                            AttentionParams p, int group, int splits, float* out, int64_t ldo, float* partial,
@@ -336,7 +342,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp, 3)
   const int64_t begin = max(first, chunk_begin);
   const int64_t end = min(pos + 1, chunk_begin + chunk);
   if (begin < end) {
-    attend_chunk<KT>(q, ldq, kv, p, group, splits, t, split, head0, chunk_begin, begin, end, out, ldo, partial);
+    attend_chunk<KT, kQuantized>(q, ldq, kv, p, group, splits, t, split, head0, chunk_begin, begin, end, out, ldo, partial);
   } else {
     grid_wait();
     for (int i = threadIdx.x; splits > 1 && i < group * slot_floats(hd); i += blockDim.x) {
@@ -413,8 +419,11 @@ int64_t splits_for(int64_t max_kv) {
   return std::clamp<int64_t>((max_kv + kChunk - 1) / kChunk, 1, kMaxSplits);
 }
 
-// grid (n, n_heads): one thread per head turns its rotated output back (kv_unrotate).
+// grid (n, n_heads): one thread per head turns its rotated output back (kv_unrotate), once
+// the attention that wrote it is complete (grid_wait: launched as every kernel is, it may
+// start while the attention still runs).
 __global__ void unrotate_heads_kernel(float* out, int64_t n, int n_heads, int hd, int64_t ldo, int block) {
+  grid_wait();
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y * blockDim.x + threadIdx.x;
   if (t < n && h < n_heads) kv_unrotate(out + t * ldo + static_cast<int64_t>(h) * hd, hd, block);
@@ -453,17 +462,20 @@ void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const 
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / group), static_cast<unsigned>(n));
   const auto run = [&](auto kernel) {
     allow_shared_memory(reinterpret_cast<const void*>(kernel), static_cast<int>(block_bytes(256, kMmaRows)));
-    launch(kernel, grid, kAttnWarps * kWarp, block_bytes(p.head_dim, group), stream, q, ldq, pages_of(kv), positions, p,
+    launch(kernel, grid, kAttnWarps * kWarp, block_bytes(p.head_dim, group), stream, q, ldq, pages_of(kv, p.head_dim), positions, p,
            group, splits, out, ldo, partial, arrivals);
   };
+  // Quantized rows take kernels of their own (their decoding's registers stay out of the f16 ones).
+  const bool codes = kv.codec.key.quantized() || kv.codec.value.quantized();
+  const auto kernel = [codes](auto f16, auto quantized) { return codes ? quantized : f16; };
   if (p.head_dim <= 32)
-    run(attention_chunk_kernel<2>);
+    run(kernel(attention_chunk_kernel<2, false>, attention_chunk_kernel<2, true>));
   else if (p.head_dim <= 64)
-    run(attention_chunk_kernel<4>);
+    run(kernel(attention_chunk_kernel<4, false>, attention_chunk_kernel<4, true>));
   else if (p.head_dim <= 128)
-    run(attention_chunk_kernel<8>);
+    run(kernel(attention_chunk_kernel<8, false>, attention_chunk_kernel<8, true>));
   else
-    run(attention_chunk_kernel<16>);
+    run(kernel(attention_chunk_kernel<16, false>, attention_chunk_kernel<16, true>));
 }
 
 }  // namespace kettle::cuda

@@ -55,10 +55,20 @@ __device__ __forceinline__ float exp2_fast(float x) {
 // Keys [k0, k0 + 64) of this head into a stage: rows outside [lo, hi] (before the block's
 // first visible key, past its last: released or unwritten blocks) and dims past head_dim
 // are zeros. 16-byte asynchronous copies when rows are aligned, else element by element.
+template <int KT, bool kQuantized>
 __device__ __forceinline__ void load_kv_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
                                              bool aligned, int k0, int lo, int hi, __half* k_tile, __half* v_tile) {
   const int stride = padded_row(hd), width = (hd + 15) / 16 * 16;
-  if (kv.quantized) {  // rows decoded into f16 as they land (kv_rows.cuh)
+  if (kQuantized && kv.pieces) {  // rows decoded into f16 as they land (kv_rows.cuh), 16 elements a load
+    const auto row_of = [&](int key) {
+      const int j = k0 + key;
+      return j >= lo && j <= hi ? kv.row(table, j) : int64_t{-1};
+    };
+    read_kv_pieces<(KT * kKeyTile + kPrefillWarps * kWarp - 1) / (kPrefillWarps * kWarp)>(
+        kv, row_of, kKeyTile, head_offset, hd, stride, threadIdx.x, kPrefillWarps * kWarp, k_tile, v_tile);
+    return;
+  }
+  if (kQuantized) {  // 8 elements at a time where pieces do not fit
     const int pieces = width / 8;
     for (int i = threadIdx.x; i < kKeyTile * pieces; i += blockDim.x) {
       const int key = i / pieces, part = i % pieces, j = k0 + key;
@@ -217,7 +227,9 @@ __device__ __forceinline__ void attend_tile(const __half* q_rows, const __half* 
   }
 }
 
-template <int KT, int MR>  // KT: 16-dim steps of head_dim (≤ 16 KT); MR: row blocks per warp
+// KT: 16-dim steps of head_dim (≤ 16 KT); MR: row blocks per warp; kQuantized: the rows are codes
+// (kernels of their own: their decoding's registers stay out of the f16 ones).
+template <int KT, int MR, bool kQuantized>
 __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     attention_prefill_kernel(const float* __restrict__ q, int64_t n, int64_t ldq, Pages kv,
                              const int32_t* __restrict__ positions, AttentionParams p, float* out, int64_t ldo) {
@@ -277,7 +289,7 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
   const bool aligned = (hd & 7) == 0 && (kv.ld & 7) == 0;
   const int first_tile = lo / kKeyTile, last_tile = hi / kKeyTile;
   const int stage_halves = kKeyTile * stride;
-  load_kv_tile(kv, table, head_offset, hd, aligned, first_tile * kKeyTile, lo, hi, k_tiles, v_tiles);
+  load_kv_tile<KT, kQuantized>(kv, table, head_offset, hd, aligned, first_tile * kKeyTile, lo, hi, k_tiles, v_tiles);
   copies_commit();
   // Q (pre-scaled) as f16 rows while the first tile flies; rows past n and dims past hd zero.
   for (int i = threadIdx.x; i < kQueryTile * width; i += blockDim.x) {
@@ -290,7 +302,7 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     const int stage = (tile - first_tile) & 1;
     if (tile < last_tile) {
       const int next = stage ^ 1;
-      load_kv_tile(kv, table, head_offset, hd, aligned, (tile + 1) * kKeyTile, lo, hi, k_tiles + next * stage_halves,
+      load_kv_tile<KT, kQuantized>(kv, table, head_offset, hd, aligned, (tile + 1) * kKeyTile, lo, hi, k_tiles + next * stage_halves,
                    v_tiles + next * stage_halves);
       copies_commit();
       copies_wait<1>();
@@ -325,6 +337,12 @@ __global__ void __launch_bounds__(kPrefillWarps* kWarp)
     }
 }
 
+// The kernel for f16 rows or for quantized ones.
+template <int KT, int MR>
+auto prefill_kernel(bool quantized) {
+  return quantized ? attention_prefill_kernel<KT, MR, true> : attention_prefill_kernel<KT, MR, false>;
+}
+
 }  // namespace
 
 bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv) {
@@ -334,7 +352,7 @@ bool attention_prefill_supported(const AttentionParams& p, const KvPages& kv) {
 void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
                        const AttentionParams& p, float* out, int64_t ldo, cudaStream_t stream) {
   if (n == 0) return;
-  const Pages pages = pages_of(kv);
+  const Pages pages = pages_of(kv, p.head_dim);
   const auto run = [&](auto kernel, int max_head_dim, int query_rows) {
     allow_shared_memory(reinterpret_cast<const void*>(kernel),
                         static_cast<int>(prefill_block_bytes(max_head_dim, query_rows)));
@@ -352,17 +370,16 @@ void attention_prefill(const float* q, int64_t n, int64_t ldq, const KvPages& kv
     return std::max(count, 1);
   }();
   const bool wide = static_cast<int64_t>(blocks_for(n, query_tile<2>())) * p.n_heads >= 2 * sms;
+  const bool codes = kv.codec.key.quantized() || kv.codec.value.quantized();
   if (p.head_dim <= 32)
-    wide ? run(attention_prefill_kernel<2, 2>, 32, query_tile<2>())
-         : run(attention_prefill_kernel<2, 1>, 32, query_tile<1>());
+    wide ? run(prefill_kernel<2, 2>(codes), 32, query_tile<2>()) : run(prefill_kernel<2, 1>(codes), 32, query_tile<1>());
   else if (p.head_dim <= 64)
-    wide ? run(attention_prefill_kernel<4, 2>, 64, query_tile<2>())
-         : run(attention_prefill_kernel<4, 1>, 64, query_tile<1>());
+    wide ? run(prefill_kernel<4, 2>(codes), 64, query_tile<2>()) : run(prefill_kernel<4, 1>(codes), 64, query_tile<1>());
   else if (p.head_dim <= 128)
-    wide ? run(attention_prefill_kernel<8, 2>, 128, query_tile<2>())
-         : run(attention_prefill_kernel<8, 1>, 128, query_tile<1>());
+    wide ? run(prefill_kernel<8, 2>(codes), 128, query_tile<2>())
+         : run(prefill_kernel<8, 1>(codes), 128, query_tile<1>());
   else
-    run(attention_prefill_kernel<16, 1>, kMaxPrefillHeadDim, query_tile<1>());
+    run(prefill_kernel<16, 1>(codes), kMaxPrefillHeadDim, query_tile<1>());
 }
 
 }  // namespace kettle::cuda

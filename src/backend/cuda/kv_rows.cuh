@@ -103,4 +103,99 @@ __device__ __forceinline__ void read_tile(const void* base, const KvRowCodec& c,
   }
 }
 
+// --- 16-element pieces (kv_pieces_fit): vector loads, all of a thread's in flight at once ---
+
+// Piece p of a row by loads of its own width (aligned: kv_pieces_fit).
+__device__ __forceinline__ KvPiece load_piece(const KvRowCodec& c, const uint8_t* row, int64_t code_bytes, int64_t p) {
+  KvPiece piece{{0, 0, 0, 0}, 0};
+  const uint8_t* codes = row + p * 2 * c.bits;
+  if (c.bits == 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(codes);
+    piece.words[0] = v.x, piece.words[1] = v.y, piece.words[2] = v.z, piece.words[3] = v.w;
+  } else if (c.bits == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(codes);
+    piece.words[0] = v.x, piece.words[1] = v.y;
+  } else if (c.bits == 2) {
+    piece.words[0] = *reinterpret_cast<const uint32_t*>(codes);
+  } else {  // 3 bits: 6 bytes, 2-byte aligned
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(codes);
+    piece.words[0] = h[0] | static_cast<uint32_t>(h[1]) << 16, piece.words[1] = h[2];
+  }
+  const uint8_t* param = row + code_bytes + p * 16 / c.group * static_cast<int64_t>(c.group_param_bytes());
+  piece.param = c.group_param_bytes() == 4 ? *reinterpret_cast<const uint32_t*>(param)
+                                           : *reinterpret_cast<const uint16_t*>(param);
+  return piece;
+}
+
+// A piece's 16 values as f16 at dst (16-byte aligned); zeros where !real.
+__device__ __forceinline__ void store_piece(const KvRowCodec& c, const KvPiece& piece, bool real, __half* dst) {
+  uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (real) {
+    float v[16];
+    kv_decode_piece(c, piece, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// Pieces first + step · i (i < N) of one matrix (keys or values) of a tile whose rows are
+// rows[i] (< 0: none), all N loads issued before any is used.
+template <int N>
+__device__ __forceinline__ void load_pieces(const void* base, const KvRowCodec& c, int64_t row_bytes, int64_t width,
+                                            const int64_t (&rows)[N], int64_t head_piece, int per_row, int first,
+                                            int step, KvPiece (&pieces)[N]) {
+  const int64_t code_bytes = static_cast<int64_t>(c.code_bytes(width));
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (rows[i] >= 0)
+      pieces[i] = load_piece(c, static_cast<const uint8_t*>(base) + rows[i] * row_bytes, code_bytes,
+                             head_piece + (first + step * i) % per_row);
+}
+
+// Those pieces decoded into the f16 tile (zeros where rows[i] < 0).
+template <int N>
+__device__ __forceinline__ void store_pieces(const KvRowCodec& c, const int64_t (&rows)[N], const KvPiece (&pieces)[N],
+                                             int total, int per_row, int first, int step, int stride, __half* tile) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int index = first + step * i;
+    if (index < total)
+      store_piece(c, pieces[i], rows[i] >= 0, tile + (index / per_row) * stride + (index % per_row) * 16);
+  }
+}
+
+// The keys and values of a tile of `keys` rows, head elements [head_offset, head_offset + hd)
+// of each, as f16 rows `stride` halves apart (kv.pieces holds): this thread takes the tile's
+// pieces first + step · i (i < N; key = piece / (hd / 16)), in rounds of up to 4 whose keys'
+// and values' loads are all issued before the first is decoded (more would spill registers
+// beside the attention's own). row_of(key): the key's pool row, or < 0 for zeros.
+template <int N, typename KvView, typename RowOf>
+__device__ __forceinline__ void read_kv_pieces(const KvView& kv, RowOf row_of, int keys, int64_t head_offset, int hd,
+                                               int stride, int first, int step, __half* k_tile, __half* v_tile) {
+  constexpr int R = N < 4 ? N : 4;
+  static_assert(N % R == 0, "whole rounds");
+  const int per_row = hd / 16, total = keys * per_row;
+  const int64_t head_piece = head_offset / 16;
+#pragma unroll
+  for (int round = 0; round < N / R; ++round) {
+    const int from = first + step * R * round;
+    int64_t rows[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int index = from + step * i;
+      rows[i] = index < total ? row_of(index / per_row) : -1;
+    }
+    KvPiece k[R], v[R];
+    load_pieces<R>(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, head_piece, per_row, from, step, k);
+    load_pieces<R>(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, head_piece, per_row, from, step, v);
+    store_pieces<R>(kv.key_codec, rows, k, total, per_row, from, step, stride, k_tile);
+    store_pieces<R>(kv.value_codec, rows, v, total, per_row, from, step, stride, v_tile);
+  }
+}
+
 }  // namespace kettle::cuda

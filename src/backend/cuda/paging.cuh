@@ -25,6 +25,7 @@ struct Pages {
   int block_size = 1;
   int shift = -1;  // log2(block_size) when a power of two, else -1
   bool quantized = false;  // rows are codes of key_codec / value_codec (k and v as bytes)
+  bool pieces = false;     // and both read 16 elements at a time (kv_pieces_fit)
   KvRowCodec key_codec, value_codec;
   int64_t key_row_bytes = 0, value_row_bytes = 0;
 
@@ -37,7 +38,7 @@ struct Pages {
   }
 };
 
-inline Pages pages_of(const KvPages& kv) {
+inline Pages pages_of(const KvPages& kv, int head_dim) {
   Pages p;
   p.k = static_cast<__half*>(kv.k);
   p.v = static_cast<__half*>(kv.v);
@@ -50,6 +51,8 @@ inline Pages pages_of(const KvPages& kv) {
   p.value_codec = kv.codec.value;
   p.key_row_bytes = static_cast<int64_t>(kv.key_row_bytes());
   p.value_row_bytes = static_cast<int64_t>(kv.value_row_bytes());
+  p.pieces = kv_pieces_fit(kv.codec.key, kv.ld, head_dim) && kv_pieces_fit(kv.codec.value, kv.ld, head_dim) &&
+             reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 && reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   if (kv.block_size > 0 && (kv.block_size & (kv.block_size - 1)) == 0) {
     p.shift = 0;
     while ((1 << p.shift) < kv.block_size) ++p.shift;

@@ -82,7 +82,7 @@ void qkv_rope_store(const float* qkv, int64_t n, int64_t ld, int n_heads, int n_
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads + 2 * n_kv_heads));
   launch(qkv_rope_store_kernel, grid, kHeadThreads, 0, stream, qkv, ld, n_heads, n_kv_heads, head_dim, q_norm, k_norm, eps,
                                                            add_one, positions, inv_freq, rotary_dim / 2,
-                                                           attention_factor, q_out, pages_of(kv));
+                                                           attention_factor, q_out, pages_of(kv, head_dim));
 }
 
 }  // namespace kettle::cuda

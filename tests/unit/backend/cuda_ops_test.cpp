@@ -156,10 +156,22 @@ TEST_F(CudaOpsTest, QkvRopeStoreWithNormsAndPartialRotationIntoPages) {
 // encoding gives the same rows (no norm, no rotary dims: the rows as projected), and both
 // attention kernels — the prompt chunk's and the decode's — read those bytes as the CPU's
 // attention does (itself checked against a double reference in ops_test) within f16's
-// rounding of the decoded values.
+// rounding of the decoded values. Two KV heads: rows the kernels read 16 elements a load
+// (kv_pieces_fit); one: rows of 136 bytes at 8 bits, read 8 elements at a time. 40 queries
+// fit one key tile and one decode chunk; 300 take several of each.
 TEST_F(CudaOpsTest, QuantizedKvRowsAreStoredAsTheCodecAndReadAsOnTheCpu) {
-  const int heads = 8, kv_heads = 2, hd = 128, block = 16;
-  const int64_t n = 40, width = (heads + 2 * kv_heads) * hd, qs = heads * hd, kvs = kv_heads * hd;
+  for (const int kv_heads : {2, 1})
+    for (const int64_t n : {int64_t{40}, int64_t{300}}) {
+      SCOPED_TRACE(std::to_string(kv_heads) + " KV heads, " + std::to_string(n) + " tokens");
+      expect_quantized_kv_rows(kv_heads, n);
+    }
+}
+
+}  // namespace
+
+void CudaOpsTest::expect_quantized_kv_rows(int kv_heads, int64_t n) {
+  const int heads = 8, hd = 128, block = 16;
+  const int64_t width = (heads + 2 * kv_heads) * hd, qs = heads * hd, kvs = kv_heads * hd;
   const int64_t blocks = (n + block - 1) / block;
   std::vector<int32_t> table, pos;
   for (int64_t b = 0; b < blocks; ++b) table.push_back(static_cast<int32_t>(blocks - b));  // block 0 unused, reversed
@@ -212,6 +224,8 @@ TEST_F(CudaOpsTest, QuantizedKvRowsAreStoredAsTheCodecAndReadAsOnTheCpu) {
     }
   }
 }
+
+namespace {
 
 // The CPU op and the GPU op over one paged pool; returns the relative error.
 double paged_attention_error(Backend& cpu, Backend& gpu, const AttentionParams& p, const PagedKv& cache,
@@ -633,3 +647,4 @@ TEST_F(CudaOpsTest, RecordedStepReadsPerStepValuesFromDeviceMemory) {
 
 }  // namespace
 }  // namespace kettle::cuda_test
+

@@ -212,6 +212,34 @@ TEST(KvCodec, ZeroBytesDecodeToZeros) {
   }
 }
 
+// The CUDA attention reads rows 16 elements at a time (KvPiece): each piece's values are
+// the element-wise decode's, bit for bit, for every codec and width it applies to; widths
+// whose pieces would be misaligned are left to the 8-element path.
+TEST(KvCodec, PiecesDecodeAsTheElementsDo) {
+  std::vector<KvRowCodec> codecs = {kv_affine_codec(8, 64), kv_affine_codec(4, 64), kv_affine_codec(8, 32),
+                                    kv_affine_codec(4, 16), fp8_codec(),           lloyd_codec(3, 64),
+                                    lloyd_codec(2, 64),     lloyd_codec(4, 64)};
+  for (const KvRowCodec& c : codecs) {
+    for (const int64_t width : {int64_t{8 * 128}, int64_t{4 * 64}, int64_t{2 * 128}}) {
+      const int head_dim = width == 4 * 64 ? 64 : 128;
+      ASSERT_TRUE(kv_pieces_fit(c, width, head_dim)) << kv_codec_name(c) << " width " << width;
+      const auto x = gaussian(static_cast<size_t>(width), 11, 3.0f);
+      std::vector<uint8_t> row(c.row_bytes(width));
+      kv_encode_row(c, x.data(), width, head_dim, row.data());
+      for (int64_t p = 0; p < width / 16; ++p) {
+        float got[16];
+        kv_decode_piece(c, kv_load_piece(c, row.data(), width, p), got);
+        for (int e = 0; e < 16; ++e)
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[e]), std::bit_cast<uint32_t>(kv_decode(c, row.data(), width, p * 16 + e)))
+              << kv_codec_name(c) << " element " << p * 16 + e;
+      }
+    }
+  }
+  EXPECT_FALSE(kv_pieces_fit(kv_affine_codec(8, 8), 1024, 128));  // groups smaller than a piece
+  EXPECT_FALSE(kv_pieces_fit(kv_affine_codec(8, 64), 1000, 125));  // heads of partial pieces
+  EXPECT_FALSE(kv_pieces_fit(kv_affine_codec(8, 64), 128, 128));   // rows of 136 bytes: codes not 16-byte aligned
+}
+
 // The bytes: per token, against f16 rows (2 bytes an element, keys and values).
 TEST(KvCodec, RowBytesAgainstF16) {
   const int64_t width = 8 * 128;
