@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 23's measure on this machine (CPU, the demo model): time to first token for the
-# longest prompt the demo model's context takes, cold (prefilled) and after a restart
-# (restored from --ssd-cache), and the restore's read speed beside the disk's sequential
-# read speed (dd, O_DIRECT, 1 MiB blocks) measured in the same run, on the same disk.
+# Issue 23's measure: time to first token for a long prompt, cold (prefilled) and after a
+# restart (restored from --ssd-cache), and the restore's read speed beside the disk's
+# sequential read speed (dd, O_DIRECT, 1 MiB blocks) measured in the same run, on the same
+# disk. On this machine (CPU, the demo model) the prompt is the longest the demo model's
+# context takes; on the GPU box bench/cuda_ssd_restart.sh runs it on the llama-3.1-8b shape.
 #
-#   bash bench/ssd_restart_ttft.sh [DIR on the disk to measure] [MODEL]
+#   [WORDS=1410] [SERVE_FLAGS=...] bash bench/ssd_restart_ttft.sh [DIR on the disk to measure] [MODEL]
+# WORDS: the prompt's words (about a token each); SERVE_FLAGS go to both servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-$PWD/.bench-ssd}
@@ -13,14 +15,18 @@ kettle=${KETTLE_BIN:-$PWD/build/kettle}
 port=18390
 rm -rf "$dir" && mkdir -p "$dir"
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo dropped || echo kept; }
-serve() { "$kettle" serve "$model" --port $port --no-open --ssd-cache "$dir/cache" >>"$dir/serve.log" 2>&1 & pid=$!
-  until curl -sf localhost:$port/health >/dev/null; do sleep 0.05; done
+serve() { "$kettle" serve "$model" --port $port --no-open --ssd-cache "$dir/cache" ${SERVE_FLAGS:-} >>"$dir/serve.log" 2>&1 & pid=$!
+  until curl -sf localhost:$port/health >/dev/null; do
+    kill -0 $pid 2>/dev/null || { echo "serve exited:"; tail -5 "$dir/serve.log"; exit 1; }; sleep 0.05; done
   until curl -sf localhost:$port/stats | grep -q '"scanning":false'; do sleep 0.05; done; }
-prompt=$(node -e "
-const words = 'the kettle sings while the water warms and the tea waits in its pot by the window'.split(' ');
-let s = 'Note 1:', x = 1 * 7919 + 13;
-for (let i = 0; i < 1410; i++) { x = (x * 1103515245 + 12345) % 2147483648; s += ' ' + words[x % words.length]; }
-process.stdout.write(JSON.stringify({ prompt: s, max_tokens: 1, temperature: 0 }));")
+prompt=$(WORDS=${WORDS:-1410} python3 -c "
+import json, os
+words = 'the kettle sings while the water warms and the tea waits in its pot by the window'.split(' ')
+s, x = 'Note 1:', 1 * 7919 + 13
+for i in range(int(os.environ['WORDS'])):
+    x = (x * 1103515245 + 12345) % 2147483648
+    s += ' ' + words[x % len(words)]
+print(json.dumps({'prompt': s, 'max_tokens': 1, 'temperature': 0}, separators=(',', ':')))")
 ttft() { curl -s -o "$dir/answer.json" -w '%{time_total}' localhost:$port/v1/completions -H 'content-type: application/json' -d "$prompt"; }
 
 serve

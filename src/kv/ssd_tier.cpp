@@ -489,16 +489,22 @@ void SsdTier::read(ReadJob& job) {
     done.entries.push_back(std::move(*read[i]));
   }
   const auto now = std::chrono::system_clock::now();
-  for (const SsdEntry& e : done.entries) ::utimensat(AT_FDCWD, (entry_dir_ / ssd_entry_name(e.header.digest)).c_str(), nullptr, 0);
-  std::lock_guard lock(mutex_);
-  for (const SsdEntry& e : done.entries)
-    if (auto it = index_.find(e.header.digest); it != index_.end()) it->second.used = now;
-  if (!done.entries.empty()) ++stats_.hits;
-  stats_.restores += static_cast<int64_t>(done.entries.size());
-  stats_.restore_bytes += bytes;
-  stats_.restore_seconds += timer.seconds();
-  restored_.push_back(std::move(done));
-  if (restore_listener_) restore_listener_();  // under the lock, as read_checkpoint's
+  std::vector<std::filesystem::path> used;
+  for (const SsdEntry& e : done.entries) used.push_back(entry_dir_ / ssd_entry_name(e.header.digest));
+  {
+    std::lock_guard lock(mutex_);
+    for (const SsdEntry& e : done.entries)
+      if (auto it = index_.find(e.header.digest); it != index_.end()) it->second.used = now;
+    if (!done.entries.empty()) ++stats_.hits;
+    stats_.restores += static_cast<int64_t>(done.entries.size());
+    stats_.restore_bytes += bytes;
+    stats_.restore_seconds += timer.seconds();
+    restored_.push_back(std::move(done));
+    if (restore_listener_) restore_listener_();  // under the lock, as read_checkpoint's
+  }
+  // The files' times carry their last use to the next process's LRU: set once the waiting
+  // request has its blocks (a metadata write each, no part of the restore).
+  for (const std::filesystem::path& path : used) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
 }
 
 int64_t SsdTier::clear() {

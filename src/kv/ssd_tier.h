@@ -154,7 +154,7 @@ class SsdTier {
   void finish_read(Restored done);
   std::filesystem::path checkpoint_path(const Sha256Digest& key) const;
   SsdEntry read_checked(const Sha256Digest& digest) const;
-  static constexpr size_t kReadThreads = 4;  // reads in flight per restore
+  static constexpr size_t kReadThreads = 16;  // reads in flight per restore
   void evict_past_cap();
   void remove_entry_file(const std::filesystem::path& path, const std::string& why);
   void stop_spilling(const std::string& why);
