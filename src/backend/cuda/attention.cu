@@ -419,23 +419,41 @@ int64_t splits_for(int64_t max_kv) {
   return std::clamp<int64_t>((max_kv + kChunk - 1) / kChunk, 1, kMaxSplits);
 }
 
-// grid (n, n_heads): one thread per head turns its rotated output back (kv_unrotate), once
-// the attention that wrote it is complete (grid_wait: launched as every kernel is, it may
-// start while the attention still runs).
-__global__ void unrotate_heads_kernel(float* out, int64_t n, int n_heads, int hd, int64_t ldo, int block) {
+// grid (n, n_heads): a block turns one head's rotated output back (kv_unrotate) in shared
+// memory, each stage's butterflies in parallel — every element sees the same operations in
+// the same order as walsh_hadamard's loops, so the same bits — once the attention that wrote
+// it is complete (grid_wait: launched as every kernel is, it may start while that still runs).
+__global__ void unrotate_heads_kernel(float* out, int n_heads, int hd, int64_t ldo, int block) {
+  extern __shared__ float v[];  // [hd]
   grid_wait();
-  const int64_t t = blockIdx.x;
-  const int h = blockIdx.y * blockDim.x + threadIdx.x;
-  if (t < n && h < n_heads) kv_unrotate(out + t * ldo + static_cast<int64_t>(h) * hd, hd, block);
+  float* head = out + blockIdx.x * ldo + static_cast<int64_t>(blockIdx.y) * hd;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = head[i];
+  __syncthreads();
+  const int half = block / 2;
+  for (int len = 1; len < block; len <<= 1) {
+    for (int k = threadIdx.x; k < hd / 2; k += blockDim.x) {
+      const int local = k % half, j = k / half * block + local / len * 2 * len + local % len;
+      const float a = v[j], b = v[j + len];
+      v[j] = a + b;
+      v[j + len] = a - b;
+    }
+    __syncthreads();
+  }
+  const float scale = 1.0f / sqrtf(static_cast<float>(block));
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    const float x = KETTLE_MUL(v[i], scale);
+    head[i] = kv_rotation_flips(i) ? -x : x;
+  }
 }
 
 }  // namespace
 
 void unrotate_heads(float* out, int64_t n, int n_heads, int head_dim, int64_t ldo, int block, cudaStream_t stream) {
   if (n == 0) return;
-  constexpr int kThreads = 32;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((n_heads + kThreads - 1) / kThreads));
-  launch(unrotate_heads_kernel, grid, kThreads, 0, stream, out, n, n_heads, head_dim, ldo, block);
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(n_heads));
+  const int threads = std::clamp(head_dim / 2, kWarp, 128);
+  launch(unrotate_heads_kernel, grid, threads, static_cast<size_t>(head_dim) * sizeof(float), stream, out, n_heads,
+         head_dim, ldo, block);
 }
 
 void allow_shared_memory(const void* kernel, int bytes) {

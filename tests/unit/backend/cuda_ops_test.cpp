@@ -156,21 +156,23 @@ TEST_F(CudaOpsTest, QkvRopeStoreWithNormsAndPartialRotationIntoPages) {
 // encoding gives the same rows (no norm, no rotary dims: the rows as projected), and both
 // attention kernels — the prompt chunk's and the decode's — read those bytes as the CPU's
 // attention does (itself checked against a double reference in ops_test) within f16's
-// rounding of the decoded values. Two KV heads: rows the kernels read 16 elements a load
-// (kv_pieces_fit); one: rows of 136 bytes at 8 bits, read 8 elements at a time. 40 queries
+// rounding of the decoded values. Heads of 128 or 64; two KV heads of 128: rows the kernels
+// read 16 elements a load (kv_pieces_fit); one: rows of 136 bytes at 8 bits, read 8 elements
+// at a time. 40 queries
 // fit one key tile and one decode chunk; 300 take several of each.
 TEST_F(CudaOpsTest, QuantizedKvRowsAreStoredAsTheCodecAndReadAsOnTheCpu) {
-  for (const int kv_heads : {2, 1})
-    for (const int64_t n : {int64_t{40}, int64_t{300}}) {
-      SCOPED_TRACE(std::to_string(kv_heads) + " KV heads, " + std::to_string(n) + " tokens");
-      expect_quantized_kv_rows(kv_heads, n);
-    }
+  for (const int hd : {128, 64})
+    for (const int kv_heads : {2, 1})
+      for (const int64_t n : {int64_t{40}, int64_t{300}}) {
+        SCOPED_TRACE(std::to_string(kv_heads) + " KV heads of " + std::to_string(hd) + ", " + std::to_string(n) + " tokens");
+        expect_quantized_kv_rows(hd, kv_heads, n);
+      }
 }
 
 }  // namespace
 
-void CudaOpsTest::expect_quantized_kv_rows(int kv_heads, int64_t n) {
-  const int heads = 8, hd = 128, block = 16;
+void CudaOpsTest::expect_quantized_kv_rows(int hd, int kv_heads, int64_t n) {
+  const int heads = 8, block = 16;
   const int64_t width = (heads + 2 * kv_heads) * hd, qs = heads * hd, kvs = kv_heads * hd;
   const int64_t blocks = (n + block - 1) / block;
   std::vector<int32_t> table, pos;

@@ -101,7 +101,7 @@ struct MatmulTarget {
 class CudaOpsTest : public ::testing::Test {
  protected:
   // cuda_ops_test.cpp: quantized KV rows stored and read by both attention kernels.
-  void expect_quantized_kv_rows(int kv_heads, int64_t n);
+  void expect_quantized_kv_rows(int head_dim, int kv_heads, int64_t n);
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device here (or kettle built without CUDA)";
     BackendOptions fast;
