@@ -9,6 +9,7 @@
 #include "model/decoder_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -124,13 +125,18 @@ ModelWeights resident_weights(Backend& backend, const ModelSpec& spec, const Mod
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> runners_made{0};
+}  // namespace
+
 DecoderRunner::DecoderRunner(const Model& model, Backend& backend, KvPool& pool, TensorParallel tp)
     : model_(model),
       backend_(backend),
       tp_(tp),
       vocab_(tp.collective != nullptr ? tp.full_vocab : model.spec.output_width()),
       weights_(resident_weights(backend, model.spec, model.weights, host_copies_)),
-      kv_pool_(&pool) {
+      kv_pool_(&pool),
+      instance_(++runners_made) {
   for (size_t i = 0; i < model.spec.ropes.size(); ++i) {
     ropes_.push_back(compute_rope_table(model.spec.ropes[i], model.spec.head_dim, model.spec.max_position_embeddings, 0,
                                         model.spec.rope_freq_dtype));
@@ -192,11 +198,12 @@ void DecoderRunner::ensure_tables(int64_t n_segments, int64_t stride) {
   ++scratch_epoch_;
 }
 
-// Same key ⇒ same op sequence on the same buffers: the step's shape, the pool's buffers
-// and the scratch generation (block tables and positions are read from memory).
+// Same key ⇒ same op sequence on the same buffers: this runner, the step's shape, the
+// pool's buffers and the scratch generation (block tables and positions are read from memory).
 uint64_t DecoderRunner::step_key() const {
   uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(instance_);
   for (int64_t v : {step_.n, step_.rows, step_.table_stride, step_.max_kv}) mix(static_cast<uint64_t>(v));
   mix(step_.next_id != nullptr ? 1 : 0);
   mix(kv_pool_->epoch());

@@ -118,6 +118,9 @@ class DecoderRunner final : public ModelRunner {
   BackendArray<float> shard_logits_;  // [rows, this shard's vocabulary] (tensor parallelism)
   BackendArray<int32_t> next_id_;  // [1] the greedy step's result
   KvPool* kv_pool_;
+  // This runner among every one the process makes: a backend keeps its recorded steps by key,
+  // and runners on one backend (a destroyed one's successor too) must never replay each other's.
+  const uint64_t instance_;
 };
 
 }  // namespace kettle
