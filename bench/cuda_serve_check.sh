@@ -13,7 +13,11 @@ kettle=${1:?kettle binary}; model=${2:?model folder}
 start() {  # port, flags...
   local port=$1; shift
   "$kettle" serve "$model" --device "${DEVICE:-cuda}" --port "$port" --no-open "$@" >"/tmp/serve-$port.log" 2>&1 &
-  for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.5; done
+  local pid=$!
+  for _ in $(seq 1 120); do  # this server, not one left on the port
+    kill -0 $pid 2>/dev/null || break
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.5
+  done
   echo "server on $port did not start"; tail -5 "/tmp/serve-$port.log"; return 1
 }
 start 8091 --batch "${BATCH:-32}" ${FLAGS:-} ${BATCHED_FLAGS:-} || exit 1
