@@ -164,12 +164,14 @@ CacheFlushReport Engine::flush_cache_to_disk(double timeout_seconds) {
   CacheFlushReport report;
   // Rounds of hand over, wait for the writes; until nothing is left, the time is up, or a
   // round makes no progress (the disk refuses, or its cap evicts what was just written).
+  // The queue drains at least once: a checkpoint's removal is queued too, and a flushed
+  // disk shows every finished generation's checkpoint gone.
   int64_t before = INT64_MAX;
   for (;;) {
     report.not_on_disk = hand_cache_to_disk();
-    if (report.not_on_disk <= 0 || tier == nullptr || report.not_on_disk >= before) break;
+    if (tier == nullptr || !tier->wait_written(deadline)) break;
+    if (report.not_on_disk <= 0 || report.not_on_disk >= before) break;
     before = report.not_on_disk;
-    if (!tier->wait_written(deadline)) break;
   }
   if (tier) {
     const SsdStats s = tier->stats();

@@ -392,6 +392,7 @@ test('a generation killed mid-answer resumes from its checkpoint to the tokens o
     const m = second.stderr.match(/resuming a generation from its checkpoint after (\d+) tokens/);
     assert.ok(m && Number(m[1]) >= 180, second.stderr);
     assert.equal((await stats(second)).resumed, 1);
+    assert.equal((await flush(second)).status, 200);  // the removal is queued behind the writes
     assert.equal(checkpointFiles(dir).length, 0, 'a finished generation deletes its checkpoint');
 
     // Streamed, resumed again after a client that went away: the replayed text comes first, then the rest.
