@@ -309,8 +309,8 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
       value += sm_acc[(w * group + g) * hd + d] * f;
     }
     const int head = head0 + g;
-    if (splits == 1) {
-      out[t * ldo + static_cast<int64_t>(head) * hd + d] = sum > 0.0f ? value / sum : 0.0f;
+    if (splits == 1) {  // the merge's arithmetic for one chunk (weight 1 / sum): the same bits as in a longer step
+      out[t * ldo + static_cast<int64_t>(head) * hd + d] = sum > 0.0f ? fmaf(value, 1.0f / sum, 0.0f) : 0.0f;
     } else {
       float* slot = partial + ((t * p.n_heads + head) * splits + split) * slot_floats(hd);
       slot[d] = value;

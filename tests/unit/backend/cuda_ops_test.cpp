@@ -364,6 +364,73 @@ TEST_F(CudaOpsTest, AttentionSequencesOfDifferentLengthsWithOwnTables) {
   }
 }
 
+// Pool rows of `kvs` elements in a codec's bytes (plain rows: f16).
+std::vector<uint8_t> kv_rows_of(const KvRowCodec& c, const std::vector<float>& x, int64_t kvs, int hd) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / kvs;
+  const size_t rb = c.quantized() ? c.row_bytes(kvs) : static_cast<size_t>(kvs) * 2;
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * rb);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = out.data() + static_cast<size_t>(r) * rb;
+    if (c.quantized()) {
+      kv_encode_row(c, x.data() + r * kvs, kvs, hd, row);
+      continue;
+    }
+    for (int64_t i = 0; i < kvs; ++i) {
+      const uint16_t h = f32_to_f16(x[static_cast<size_t>(r * kvs + i)]);
+      std::memcpy(row + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+// A decode query's bits do not depend on the step's bound (the longest sequence beside it):
+// alone, its keys may fit one chunk (the block writes the result itself), while beside a
+// long sequence the same keys are one chunk of many (the last block merges) — both must
+// give the same bits, or a token changes with the batch (kettle-demo under turbo did).
+TEST_F(CudaOpsTest, AttentionDecodeQueryIsTheSameBitsWhateverTheStepsBound) {
+  struct Case {
+    int heads, kv_heads, hd;
+  };
+  const int block = 16;
+  const std::vector<int32_t> positions = {0, 3, 100, 127, 128, 129, 700, 9000};
+  const int64_t blocks = 9001 / block + 1;
+  std::vector<int32_t> table;
+  for (int64_t b = 0; b < blocks; ++b) table.push_back(static_cast<int32_t>(b + 1));  // block 0 unused
+  for (const Case& c : {Case{6, 2, 64}, Case{32, 8, 128}}) {
+    const int64_t qs = c.heads * c.hd, kvs = c.kv_heads * c.hd, n = static_cast<int64_t>(positions.size());
+    const AttentionParams p{c.heads, c.kv_heads, c.hd, 1.0f / std::sqrt(static_cast<float>(c.hd)), 0.0f, 0};
+    const auto k = random_vec(static_cast<size_t>((blocks + 1) * block * kvs), rng_);
+    const auto v = random_vec(k.size(), rng_);
+    const auto q = random_vec(static_cast<size_t>(n * qs), rng_);
+    std::vector<int32_t> tables;
+    for (int64_t t = 0; t < n; ++t) tables.insert(tables.end(), table.begin(), table.end());
+    auto dq = up(q);
+    auto dpos = up(positions);
+    auto dtables = up(tables);
+    for (const char* mode : {"off", "8", "4", "turbo"}) {
+      const KvCodec codec = std::string(mode) == "off"
+                                ? f16_rows()
+                                : parse_kv_quant(mode).codec_for(0, KvLayer::Kind::kFull, c.hd, DType::kF16);
+      auto dk = up(kv_rows_of(codec.key, k, kvs, c.hd));
+      auto dv = up(kv_rows_of(codec.value, v, kvs, c.hd));
+      const auto run = [&](int64_t first, int64_t count, int64_t bound) {
+        auto out = poisoned(static_cast<size_t>(count * qs));
+        gpu_->attention(dq.data() + first * qs, count, qs,
+                        KvPages{dk.data(), dv.data(), kvs, block, dtables.data() + first * blocks, blocks, codec},
+                        dpos.data() + first, bound, p, out.data(), qs);
+        return down(out);
+      };
+      const auto together = run(0, n, 16384);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t own = (positions[static_cast<size_t>(t)] / block + 1) * block;  // its own table's keys
+        const std::vector<float> expected(together.begin() + t * qs, together.begin() + (t + 1) * qs);
+        EXPECT_EQ(rows_differing(run(t, 1, own), {expected}, qs, qs), 0)
+            << mode << ", hd " << c.hd << ": the query at " << positions[static_cast<size_t>(t)] << " alone";
+      }
+    }
+  }
+}
+
 // Where the CPU's rule puts boundaries for a row: the running kept mass at each kept
 // token over the kept total (the uniform picks the first token whose boundary exceeds it).
 std::vector<double> kept_mass_boundaries(const float* logits, int64_t vocab, const SampleRow& row) {
