@@ -282,10 +282,15 @@ void EngineCore::run(const StepPlan& plan) {
   entries_.clear();
   int64_t rows = 0;
   for (const PlannedEntry& e : plan.entries) {
-    if (e.kind == StepKind::kVerify) e.seq->kv->set_rollback_margin(static_cast<int64_t>(e.tokens.size()));
+    rows += e.logits_rows;
+    if (e.kind == StepKind::kVerify) {  // a decode row per token: each gets the bits decoding it alone gives
+      e.seq->kv->set_rollback_margin(static_cast<int64_t>(e.tokens.size()));
+      for (size_t i = 0; i < e.tokens.size(); ++i)
+        entries_.push_back({e.tokens.data() + i, 1, &*e.seq->kv, true, 1, static_cast<int64_t>(i)});
+      continue;
+    }
     entries_.push_back({e.tokens.data(), static_cast<int64_t>(e.tokens.size()), &*e.seq->kv,
                         e.kind == StepKind::kDecode, e.logits_rows});
-    rows += e.logits_rows;
   }
   if (draws_on_device(plan))
     run_drawing_on_device(plan, rows);

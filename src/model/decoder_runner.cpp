@@ -282,12 +282,12 @@ void DecoderRunner::execute(const std::vector<BatchEntry>& entries, Rows rows_fo
       fail(ErrorCategory::kInternal, "forward_batch: a decode entry has one token and comes before every prompt entry");
     if (e.logits < 1 || e.logits > e.n)
       fail(ErrorCategory::kInternal, "forward_batch: an entry of {} tokens asks for {} logits rows", e.n, e.logits);
-    if (owns_caches) e.kv->reserve(e.kv->length() + e.n);
     n += e.n;
     if (e.decode) ++decode_rows;
-    longest = std::max(longest, e.kv->length() + e.n);
+    longest = std::max(longest, e.kv->length() + e.ahead + e.n);
     decode_only = decode_only && e.decode;
   }
+  if (owns_caches) reserve_caches(entries);
   const auto n_entries = static_cast<int64_t>(entries.size());
   const bool record = decode_only && !host;
   const int64_t n_segments = record ? bucket(n_entries) : n_entries;
@@ -325,8 +325,7 @@ void DecoderRunner::execute(const std::vector<BatchEntry>& entries, Rows rows_fo
   // bf16-rounded activations would flip near ties the reference (f32) does not.
   const StepContext context{decode_rows, model_.spec.n_experts > 0};
   backend_.run_step(context, record ? step_key() : 0, [this] { run_step(); });
-  if (owns_caches)
-    for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+  if (owns_caches) advance_caches(entries);
 }
 
 // The step's host inputs: each segment's token ids and positions, and its block tables
@@ -339,7 +338,7 @@ void DecoderRunner::fill_segments(const std::vector<BatchEntry>& entries, int64_
   int64_t offset = 0;
   for (int64_t i = 0; i < n_segments; ++i) {
     const BatchEntry* e = i < n_entries ? &entries[static_cast<size_t>(i)] : nullptr;
-    const int64_t len = e ? e->kv->length() : 0, count = e ? e->n : 1, logits = e ? e->logits : 1;
+    const int64_t len = e ? e->kv->length() + e->ahead : 0, count = e ? e->n : 1, logits = e ? e->logits : 1;
     const bool decode = e ? e->decode : true;
     for (int64_t t = 0; t < count; ++t) {
       host_positions_[static_cast<size_t>(offset + t)] = static_cast<int32_t>(len + t);

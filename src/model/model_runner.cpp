@@ -1,5 +1,8 @@
 #include "model/model_runner.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "model/tensor_parallel.h"
 #include "model/tensor_parallel_runner.h"
 #include "model/decoder_runner.h"
@@ -19,6 +22,23 @@ int64_t logits_rows(const std::vector<BatchEntry>& entries) {
   int64_t rows = 0;
   for (const BatchEntry& e : entries) rows += e.logits;
   return rows;
+}
+
+void reserve_caches(const std::vector<BatchEntry>& entries) {
+  for (const BatchEntry& e : entries) e.kv->reserve(e.kv->length() + e.ahead + e.n);
+}
+
+void advance_caches(const std::vector<BatchEntry>& entries) {
+  std::vector<std::pair<KvCache*, int64_t>> ends;  // a verify's rows name one cache several times
+  for (const BatchEntry& e : entries) {
+    const int64_t end = e.kv->length() + e.ahead + e.n;
+    auto it = std::find_if(ends.begin(), ends.end(), [&](const auto& x) { return x.first == e.kv; });
+    if (it == ends.end())
+      ends.emplace_back(e.kv, end);
+    else
+      it->second = std::max(it->second, end);
+  }
+  for (const auto& [kv, end] : ends) kv->set_length(end);
 }
 
 KvLayout kv_layout(const ModelSpec& spec, DType element, int ranks, const KvQuant& quant) {

@@ -23,17 +23,24 @@ enum class LogitsFor { kLastToken, kAllTokens };
 // and whether they are prompt tokens or the one token it generated last (decode). A
 // device runs each kind through its own kernels, whose sums do not depend on the batch,
 // so a token gets the same logits alone or batched if its kind is the same; the decode
-// entries of a step come first.
+// entries of a step come first. A verify (speculation) is one decode entry per row, all
+// over the same cache, row i `ahead` i positions past its length: each row attends to the
+// rows before it, written in the same step, as a decode of that token alone would.
 struct BatchEntry {
   const int32_t* tokens = nullptr;
   int64_t n = 0;
   KvCache* kv = nullptr;
   bool decode = false;
-  int64_t logits = 1;  // rows of logits it gets back: its last `logits` tokens' (a verify entry: all of them)
+  int64_t logits = 1;  // rows of logits it gets back: its last `logits` tokens'
+  int64_t ahead = 0;   // its first token's position past kv->length()
 };
 
 // The logits rows a batch's entries get back in all.
 int64_t logits_rows(const std::vector<BatchEntry>& entries);
+// Before a step: blocks for every entry's positions. After it: each cache holds the
+// positions of its furthest entry.
+void reserve_caches(const std::vector<BatchEntry>& entries);
+void advance_caches(const std::vector<BatchEntry>& entries);
 
 class ModelRunner {
  public:

@@ -45,7 +45,7 @@ int32_t* TensorParallelRunner::scratch_ids(int rank, size_t count) {
 }
 
 void TensorParallelRunner::run(const std::vector<BatchEntry>& entries, const std::function<void(int)>& step) {
-  for (const BatchEntry& e : entries) e.kv->reserve(e.kv->length() + e.n);
+  reserve_caches(entries);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(ranks()));
   // A rank that fails aborts the group, so the others leave their collectives too; the
   // first rank's own error is what the caller sees, and the group is usable again after.
@@ -65,7 +65,7 @@ void TensorParallelRunner::run(const std::vector<BatchEntry>& entries, const std
     group_->reset();
     std::rethrow_exception(errors[static_cast<size_t>(first_failed.load())]);
   }
-  for (const BatchEntry& e : entries) e.kv->set_length(e.kv->length() + e.n);
+  advance_caches(entries);
 }
 
 void TensorParallelRunner::forward(const int32_t* tokens, int64_t n, KvCache& kv, LogitsFor which, float* logits) {
