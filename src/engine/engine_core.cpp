@@ -6,6 +6,8 @@
 // time would draw from the same logits; the rejected drafts' KV is rolled back.
 #include "engine/engine_core.h"
 
+#include "engine/draft_model.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -110,6 +112,16 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
   if (options.checkpoint_every > 0 && !tier_)
     fail(ErrorCategory::kInvalidArgument, "--generation-checkpoint needs --ssd-cache: checkpoints are written there");
   checkpoint_every_ = options.checkpoint_every;
+  const SpeculationOptions& spec = options.speculation;
+  check_speculation(spec);
+  if (spec.on() && model_.spec.hidden_output)
+    fail(ErrorCategory::kInvalidArgument, "--draft-kind {}: {} is an embedding model (nothing is decoded)",
+         draft_kind_name(spec.kind), model_.source);
+  if (spec.kind == DraftKind::kNgram) drafter_ = std::make_unique<NgramDrafter>(spec.ngram_max, spec.ngram_min);
+  if (spec.kind == DraftKind::kModel)
+    drafter_ = std::make_unique<ModelDrafter>(spec.draft_model, model_, tokenizer_, *backends_[0], spec.max_drafts());
+  speculation_.kind = draft_kind_name(spec.kind);
+  speculation_.max_drafts = spec.on() ? spec.max_drafts() : 0;
 }
 
 EngineCore::~EngineCore() = default;
@@ -246,6 +258,7 @@ void EngineCore::report_load() {
 bool EngineCore::step() {
   take_restored();
   if (!scheduler_.admit().empty()) report_load();
+  draft_running();
   StepPlan& plan = plan_;
   scheduler_.plan(plan);
   if (!plan.empty()) {
@@ -379,9 +392,27 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
     if (i == drafts || t.id != entry.tokens[static_cast<size_t>(i + 1)]) break;
     ++accepted;
   }
+  seq.speculation.verified(static_cast<int>(drafts), static_cast<int>(accepted), speculation_.max_drafts);
+  speculation_.drafted += drafts;
+  speculation_.accepted += accepted;
+  ++speculation_.verifies;
+  speculation_.emitted += seq.produced() - (base + 1 - seq.prompt_size());
   seq.draft().clear();
   seq.kv->set_rollback_margin(0);
   scheduler_.roll_back(seq, base + 1 + accepted);
+}
+
+// A sequence drafts when its next step is a decode and it may still produce two tokens or
+// more (a verify of k drafts emits up to k + 1); at most what its DraftState asks for.
+void EngineCore::draft_running() {
+  if (!drafter_) return;
+  for (const auto& seq : scheduler_.running_sequences()) {
+    if (seq->finished() || !seq->decoding() || seq->pending() != 1 || !seq->draft().empty()) continue;
+    const int64_t left = seq->request().max_tokens - seq->produced();
+    const int k = static_cast<int>(std::min<int64_t>(seq->speculation.wanted(speculation_.max_drafts), left - 1));
+    if (k <= 0) continue;
+    seq->draft() = drafter_->propose(*seq, k);
+  }
 }
 
 const uint32_t* EngineCore::step_masks(const StepPlan& plan, int64_t rows) {
@@ -410,7 +441,9 @@ const uint32_t* EngineCore::host_mask(Sequence& seq) {
 
 void EngineCore::end(std::vector<std::unique_ptr<Sequence>> ended) {
   for (auto& seq : ended) {
-    const GenerationEnd report = seq->end_report();
+    if (drafter_) drafter_->forget(*seq);
+    GenerationEnd report = seq->end_report();
+    report.speculative = drafter_ != nullptr;
     if (seq->checkpoint_key && report.ok()) {  // finished: its checkpoint goes; cancelled: kept
       SsdBlock forget;
       forget.op = SsdBlock::Op::kForget;
@@ -464,6 +497,7 @@ EngineLoad EngineCore::load() const {
                 t.queued,  t.queued_bytes, t.dropped,     t.errors,        t.removed,
                 t.checkpoints, t.checkpoints_written, t.resumed};
   }
+  load.speculation = speculation_;
   return load;
 }
 

@@ -21,6 +21,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculation.h"
 #include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
@@ -109,6 +110,8 @@ class EngineCore {
   void find_checkpoint(Sequence& seq);
   // After a step: the running generations due a checkpoint write one (blocks, then state).
   void checkpoint_running();
+  // Before a step: drafts for the sequences about to decode (--draft-kind).
+  void draft_running();
 
   const Model& model_;
   const Tokenizer* tokenizer_;
@@ -128,6 +131,8 @@ class EngineCore {
   int64_t checkpoint_every_ = 0;
   std::set<int64_t> checkpoint_loads_;  // tickets of checkpoints being read
   Scheduler scheduler_;
+  std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  SpeculationLoad speculation_;       // the drafter's kind and totals
   int64_t vocab_;
   std::string kv_quant_name_;  // --kv-quant's spelling, for /stats
   int64_t width_;  // a step's output row: vocab_ logits, or an embedding model's hidden state

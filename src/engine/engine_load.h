@@ -55,12 +55,23 @@ struct SsdLoad {
   int64_t resumed = 0;          // generations resumed from one
 };
 
+// Speculative decoding (--draft-kind); all zero without it.
+struct SpeculationLoad {
+  std::string kind = "none";
+  int max_drafts = 0;
+  int64_t drafted = 0;   // tokens drafted, summed over every generation
+  int64_t accepted = 0;  // of them, accepted
+  int64_t verifies = 0;  // verify entries run
+  int64_t emitted = 0;   // tokens those verifies produced (accepted drafts and the target's own)
+};
+
 struct EngineLoad {
   int running = 0;  // generations on the engine now
   int queued = 0;   // waiting for it
   PromptCacheLoad prefix_cache;
   KvLoad kv;
   SsdLoad ssd;
+  SpeculationLoad speculation;
 };
 
 // What POST /admin/cache/flush (and a durable shutdown) found: durable when every block

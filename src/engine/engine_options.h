@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/speculation.h"
 #include "kv/kv_quant.h"
 #include "kv/ssd_tier.h"
 
@@ -22,6 +23,7 @@ struct EngineOptions {
   KvQuant kv_quant;              // how KV rows are stored (--kv-quant); the pool's, cached prefixes included
   SsdOptions ssd;                // the prefix cache's disk tier (--ssd-cache); dir empty: none
   int64_t checkpoint_every = 0;  // --generation-checkpoint: a generation's state to disk every N tokens; 0: never
+  SpeculationOptions speculation;  // --draft-kind and its flags (engine/speculation.h)
 };
 
 }  // namespace kettle

@@ -72,6 +72,9 @@ struct GenerationEnd {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  bool speculative = false;   // the engine drafted (--draft-kind): drafted and accepted below are reported
+  int64_t drafted = 0;        // tokens drafted for it
+  int64_t accepted = 0;       // of them, accepted
   double queue_seconds = 0.0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;  // after the first token

@@ -192,6 +192,8 @@ GenerationEnd Sequence::end_report() {
   end.prompt_tokens = prompt_size();
   end.completion_tokens = produced();
   end.cached_tokens = cached_tokens;
+  end.drafted = speculation.drafted;
+  end.accepted = speculation.accepted;
   end.queue_seconds = queue_seconds;
   end.prefill_seconds = prefill_seconds_;
   end.decode_seconds = produced() > 1 ? since_first_token_.seconds() : 0.0;

@@ -17,6 +17,7 @@
 
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/speculation.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "tokenizer/stream_decoder.h"
@@ -91,6 +92,7 @@ class Sequence {
   int64_t restore_ticket = 0;  // waiting for its prefix blocks to come back from disk (SsdTier); 0: not
   std::optional<Sha256Digest> checkpoint_key;  // --generation-checkpoint: its request's identity
   int64_t checkpointed = 0;                    // tokens produced at its last checkpoint
+  DraftState speculation;                      // its drafts' count and acceptance (speculation.h)
   size_t kv_reserved = 0;     // bytes admitted against the KV budget
   double queue_seconds = 0.0;
   // Timing, from admission.

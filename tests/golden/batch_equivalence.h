@@ -58,9 +58,11 @@ class TokenSink final : public GenerationSink {
 // `chunk` tokens per step in all, after the decodes; the prefix cache on.
 inline std::vector<std::vector<int32_t>> batched(const Model& model, const std::vector<Backend*>& backends,
                                                  const std::vector<std::vector<int32_t>>& prompts, int gen,
-                                                 int64_t chunk, const KvQuant& kv_quant = {}) {
+                                                 int64_t chunk, const KvQuant& kv_quant = {},
+                                                 const SpeculationOptions& speculation = {}) {
   EngineOptions options;
   options.kv_quant = kv_quant;
+  options.speculation = speculation;
   options.batch = static_cast<int>(prompts.size());
   options.prefill_chunk = chunk;
   options.prompt_cache_bytes = size_t{1} << 30;
@@ -83,7 +85,10 @@ inline std::vector<std::vector<int32_t>> batched(const Model& model, const std::
     EXPECT_TRUE(sink->end.ok()) << sink->end.error;
     out.push_back(sink->tokens);
   }
-  if (core.load().prefix_cache.capacity_bytes > 0 && prompts.front().size() >= 9) {  // (off for length-dependent RoPE)
+  if (speculation.on()) {
+    EXPECT_GT(core.load().speculation.verifies, 0) << "nothing was drafted";
+  }
+  if (core.load().prefix_cache.capacity_bytes > 0 && prompts.size() > 1 && prompts.front().size() >= 9) {  // (off for length-dependent RoPE)
     EXPECT_GT(core.load().prefix_cache.hits, 0) << "no sequence adopted a cached prefix";
   }
   return out;
@@ -103,6 +108,37 @@ inline void expect_batched_equals_alone(const Model& model, const std::vector<Ba
   StandaloneRunner reference = make_standalone_runner(model, {&alone_on}, {}, kv_quant);
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(together[i], alone(*reference, prompts[i], kGen)) << "sequence " << i << " (prompt of " << prompts[i].size() << ")";
+}
+
+// Speculation changes no token: each drafter (n-gram lookup; another golden model with the
+// same vocabulary as the draft) through the engine, every prompt batched and each alone,
+// against plain greedy decoding.
+inline void expect_speculation_changes_no_token(Backend& backend, const std::string& name) {
+  Golden g = read_golden(case_dir(name));
+  Model model = load_model(model_dir(name));
+  auto prompts = mixed_prompts(g.prompt, 5);
+  std::vector<int32_t> repeated = g.prompt;  // prompt lookup finds its n-grams
+  repeated.insert(repeated.end(), g.prompt.begin(), g.prompt.end());
+  prompts.push_back(std::move(repeated));
+  constexpr int kGen = 24;
+  StandaloneRunner reference = make_standalone_runner(model, {&backend});
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& p : prompts) plain.push_back(alone(*reference, p, kGen));
+  SpeculationOptions ngram, drafted;
+  ngram.kind = DraftKind::kNgram;
+  drafted.kind = DraftKind::kModel;
+  // The draft: kettle-demo's own draft model, or another golden model (their vocabularies are all 512 ids).
+  drafted.draft_model = name.find("kettle-demo") != std::string::npos ? model_dir("goldens-demo/kettle-demo-draft")
+                        : name == "goldens/llama"                     ? model_dir("goldens/qwen2")
+                                                                      : model_dir("goldens/llama");
+  for (const SpeculationOptions& spec : {ngram, drafted}) {
+    const auto together = batched(model, {&backend}, prompts, kGen, 7, {}, spec);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(together[i], plain[i]) << draft_kind_name(spec.kind) << ", batched: sequence " << i;
+      EXPECT_EQ(batched(model, {&backend}, {prompts[i]}, kGen, 64, {}, spec)[0], plain[i])
+          << draft_kind_name(spec.kind) << ", alone: sequence " << i;
+    }
+  }
 }
 
 // The golden case `name`'s model on `backend`: batching changes no token (KV rows stored as

@@ -91,6 +91,13 @@ TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoTokenBatchInvariant) {
   expect_batching_changes_no_token(*invariant, GetParam());
 }
 
+// Speculation's verify rows are decode rows: the same tokens with and without drafts
+// (the batch-invariant plan, as serve runs by default).
+TEST_P(GoldenCudaTest, SpeculationChangesNoToken) {
+  auto invariant = make_backend("cuda", 1);
+  expect_speculation_changes_no_token(*invariant, GetParam());
+}
+
 // And under each --kv-quant mode (the batch-invariant plan, as serve runs by default).
 TEST_P(GoldenCudaTest, ContinuousBatchingChangesNoTokenUnderEachKvQuant) {
   auto invariant = make_backend("cuda", 1);

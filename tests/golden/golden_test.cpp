@@ -81,6 +81,11 @@ TEST_P(GoldenTest, ContinuousBatchingChangesNoToken) {
   expect_batching_changes_no_token(*backend, GetParam());
 }
 
+TEST_P(GoldenTest, SpeculationChangesNoToken) {
+  auto backend = make_cpu_backend(2);
+  expect_speculation_changes_no_token(*backend, GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, GoldenTest, ::testing::ValuesIn(case_names()),
                          [](const auto& info) { return case_label(info.param); });
 
