@@ -41,6 +41,7 @@ struct GenerateFlags {
   TensorParallelOption tensor_parallel;
   DeviceOption device;
   KvQuantOption kv_quant;
+  SpeculationOption speculation;
   CLI::Option* seed_opt = nullptr;
 };
 
@@ -91,6 +92,7 @@ int run_generate(const GenerateFlags& flags) {
   if (prompt_kinds != 1)
     fail(ErrorCategory::kInvalidArgument, "generate: give exactly one of --prompt-ids, --prompt or --chat");
 
+  const SpeculationOptions speculation = f.speculation.resolve();  // a bad value fails before the weights load
   Timer load_timer;
   Model model = load_model(f.model);
   std::optional<Tokenizer> tokenizer = load_tokenizer(f);
@@ -102,6 +104,7 @@ int run_generate(const GenerateFlags& flags) {
   EngineOptions options;
   options.batch = 1;
   options.kv_quant = f.kv_quant.resolve(f.model);
+  options.speculation = speculation;
   EngineCore core(model, tokenizer ? &*tokenizer : nullptr, backend_pointers(backends), options);
   GenerationRequest request;
   request.prompt = std::move(prompt);
@@ -138,6 +141,8 @@ int run_generate(const GenerateFlags& flags) {
         {"completion_tokens", n_new},
         {"finish_reason", result.end.finish_reason},
         {"seed", request.sampling.seed},
+        {"speculation", result.end.speculative ? nlohmann::json{{"drafted", result.end.drafted}, {"accepted", result.end.accepted}}
+                                               : nlohmann::json(nullptr)},
         {"text", tokenizer ? nlohmann::json(text) : nlohmann::json(nullptr)},
         {"timings",
          {{"load_ms", load_ms},
@@ -151,6 +156,8 @@ int run_generate(const GenerateFlags& flags) {
     std::fflush(stdout);  // the answer's last line before the timing line on stderr
     log::info("prompt {} tokens in {:.1f} ms ({:.1f} tok/s); generated {} tokens in {:.1f} ms ({:.1f} tok/s), {}",
               n_prompt, prefill_ms, prefill_tps, n_new, decode_ms, decode_tps, result.end.finish_reason);
+    if (result.end.speculative)
+      log::info("speculation: {} of {} drafted tokens accepted", result.end.accepted, result.end.drafted);
   }
   return 0;
 }
@@ -176,6 +183,7 @@ Action register_generate(CLI::App& app) {
   f->tensor_parallel.add_to(app);
   f->device.add_to(app);
   f->kv_quant.add_to(app);
+  f->speculation.add_to(app);
   return [f] { return run_generate(*f); };
 }
 

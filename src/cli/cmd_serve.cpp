@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -24,7 +25,9 @@
 #include "engine/memory_policy.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/memory_plan.h"
 #include "model/model_fingerprint.h"
+#include "model/model_runner.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -87,6 +90,7 @@ struct ServeFlags {
   ThreadOption threads;
   DeviceOption device;
   KvQuantOption kv_quant;
+  SpeculationOption speculation;
   std::string ssd_cache;            // empty: no disk tier
   double ssd_cache_max_gb = 0.0;    // 0: unlimited
   bool ssd_cache_verify = false;
@@ -126,6 +130,20 @@ MemoryFlags memory_flags(const ServeFlags& flags, const KvQuant& kv_quant) {
   return m;
 }
 
+// --draft-kind model: the draft's weights are held beside the model's, and the KV budget is
+// split between the two pools by their bytes per token (a draft's caches hold the tokens its
+// sequences' caches hold).
+struct DraftMemory {
+  size_t weight_bytes = 0, kv_bytes_per_token = 0;
+};
+DraftMemory draft_memory(const SpeculationOptions& speculation, const Backend& backend) {
+  if (speculation.kind != DraftKind::kModel) return {};
+  const Model draft = load_model(speculation.draft_model);
+  const MemoryPlan plan = plan_memory(draft.spec, 1, weight_storage(draft.spec, backend),
+                                      kv_layout(draft.spec, backend.kv_dtype()), 1);
+  return {plan.weight_bytes, plan.kv_bytes_per_token + plan.window_kv_bytes_per_token};
+}
+
 // A model without a chat template still serves /v1/completions.
 std::optional<ChatTemplate> load_chat_template(const std::string& folder) {
   try {
@@ -150,6 +168,7 @@ int run_serve(const ServeFlags& flags) {
 
   const std::string folder = model_or_default(flags.model);
   const KvQuant kv_quant = flags.kv_quant.resolve(folder);  // a bad value fails before the weights load
+  SpeculationOptions speculation = flags.speculation.resolve();
   Model model = load_model(folder);
   Tokenizer tokenizer = Tokenizer::from_file(folder);
   // An embedding model answers /v1/embeddings only: no chat template is read.
@@ -182,13 +201,24 @@ int run_serve(const ServeFlags& flags) {
   // One backend per tensor-parallel rank; CPU ranks share the cores (and one RAM).
   std::vector<std::unique_ptr<Backend>> backends = flags.tensor_parallel.make_backends(flags.device, flags.threads.resolve());
   // Measured before the weights load, as fit measures it: fit reports this decision.
-  const MemoryDecision memory = decide_memory(model.spec, *backends[0], memory_flags(flags, kv_quant));
+  const DraftMemory draft = draft_memory(speculation, *backends[0]);
+  MemoryFlags memory_wanted = memory_flags(flags, kv_quant);
+  memory_wanted.other_weight_bytes = draft.weight_bytes;
+  const MemoryDecision memory = decide_memory(model.spec, *backends[0], memory_wanted);
+  size_t kv_budget = memory.kv_budget_bytes;
+  if (const size_t own = memory.plan.kv_bytes_per_token + memory.plan.window_kv_bytes_per_token;
+      draft.kv_bytes_per_token > 0 && kv_budget > 0) {
+    speculation.draft_kv_bytes = static_cast<size_t>(static_cast<double>(kv_budget) * static_cast<double>(draft.kv_bytes_per_token) /
+                                                     static_cast<double>(own + draft.kv_bytes_per_token));
+    kv_budget -= speculation.draft_kv_bytes;
+  }
   EngineOptions engine_options;
   engine_options.batch = flags.batch;
   engine_options.prefill_chunk = flags.prefill_chunk;
-  engine_options.kv_budget_bytes = memory.kv_budget_bytes;
+  engine_options.kv_budget_bytes = kv_budget;
+  engine_options.speculation = speculation;
   engine_options.reserve_kv = memory.reserve_kv;
-  engine_options.prompt_cache_bytes = memory.prompt_cache_bytes;
+  engine_options.prompt_cache_bytes = std::min(memory.prompt_cache_bytes, kv_budget);
   engine_options.kv_block_size = flags.kv_block_size;
   engine_options.kv_quant = kv_quant;
   engine_options.ssd.dir = flags.ssd_cache;
@@ -303,6 +333,7 @@ Action register_serve(CLI::App& app) {
   f->threads.add_to(app);
   f->device.add_to(app);
   f->kv_quant.add_to(app);
+  f->speculation.add_to(app);
   CLI::Option* ssd = app.add_option("--ssd-cache", f->ssd_cache,
                                     "directory for the prompt cache's disk tier: cached prefixes spill there when evicted "
                                     "or idle and come back (also after a restart) instead of being prefilled");

@@ -144,6 +144,33 @@ KvQuant KvQuantOption::resolve(const std::string& model_dir) const {
   return read_kv_config(model_dir);
 }
 
+void SpeculationOption::add_to(CLI::App& app) {
+  app.add_option("--draft-kind", kind,
+                 "speculative decoding: none, ngram (prompt lookup: a repeated n-gram proposes what followed it) or "
+                 "model (--draft-model drafts); the tokens are those decoding without it gives")
+      ->capture_default_str();
+  app.add_option("--draft-model", options.draft_model, "--draft-kind model: the draft's folder (the same vocabulary)");
+  num_opt_ = app.add_option("--num-draft-tokens", options.num_draft_tokens,
+                            "the most tokens drafted per step (each sequence adapts below it); default 10 for ngram, "
+                            "3 for model");
+  ngram_max_opt_ = app.add_option("--ngram-max", options.ngram_max, "--draft-kind ngram: the longest n-gram looked up")
+                       ->capture_default_str();
+  ngram_min_opt_ = app.add_option("--ngram-min", options.ngram_min, "--draft-kind ngram: the shortest n-gram looked up")
+                       ->capture_default_str();
+}
+
+SpeculationOptions SpeculationOption::resolve() const {
+  SpeculationOptions o = options;
+  o.kind = parse_draft_kind(kind);
+  if (o.kind == DraftKind::kNone && num_opt_ != nullptr && num_opt_->count() > 0)
+    fail(ErrorCategory::kInvalidArgument, "--num-draft-tokens goes with --draft-kind ngram or model");
+  for (CLI::Option* ngram : {ngram_max_opt_, ngram_min_opt_})
+    if (o.kind != DraftKind::kNgram && ngram != nullptr && ngram->count() > 0)
+      fail(ErrorCategory::kInvalidArgument, "{} goes with --draft-kind ngram", ngram->get_name());
+  check_speculation(o);
+  return o;
+}
+
 void DeviceOption::add_to(CLI::App& app) {
   add_device_to(app, "where the model runs");
   app.add_flag("--batch-invariant,!--no-batch-invariant", batch_invariant,

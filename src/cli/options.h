@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "engine/request.h"
+#include "engine/speculation.h"
 #include "kv/kv_quant.h"
 #include "model/synthetic.h"
 
@@ -86,6 +87,18 @@ struct KvQuantOption {
   void add_to(CLI::App& app);
   // model_dir empty: a synthetic model, which has no kv_config.json (config refused by name).
   KvQuant resolve(const std::string& model_dir) const;
+};
+
+// --draft-kind none|ngram|model, --draft-model DIR, --num-draft-tokens K, --ngram-max N,
+// --ngram-min N: speculative decoding (engine/speculation.h); bad values refused by name.
+struct SpeculationOption {
+  std::string kind = "none";
+  SpeculationOptions options;
+  void add_to(CLI::App& app);
+  SpeculationOptions resolve() const;
+
+ private:
+  CLI::Option *num_opt_ = nullptr, *ngram_max_opt_ = nullptr, *ngram_min_opt_ = nullptr;
 };
 
 // --tensor-parallel N (--tp): the model split over N ranks, one backend each.

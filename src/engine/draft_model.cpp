@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "engine/sequence.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace kettle {
 namespace {
@@ -30,15 +32,28 @@ void check_same_vocabulary(const std::string& folder, const Model& draft, const 
 }  // namespace
 
 ModelDrafter::ModelDrafter(const std::string& folder, const Model& target, const Tokenizer* target_tokenizer,
-                           Backend& backend, int max_drafts)
+                           Backend& backend, int max_drafts, size_t kv_bytes)
     : model_(std::make_unique<Model>(load_model(folder))), max_drafts_(max_drafts) {
   if (model_->spec.hidden_output)
     fail(ErrorCategory::kInvalidArgument, "--draft-model {}: an embedding model has no logits to draft from", folder);
   check_same_vocabulary(folder, *model_, target, target_tokenizer);
-  runner_ = make_standalone_runner(*model_, {&backend});
+  KvPool::Options pool;
+  pool.max_bytes = kv_bytes;
+  runner_ = make_standalone_runner(*model_, {&backend}, pool);
 }
 
 std::vector<int32_t> ModelDrafter::propose(const Sequence& seq, int k) {
+  try {
+    return draft(seq, k);
+  } catch (const Error& e) {
+    if (e.category() != ErrorCategory::kResourceExhausted) throw;
+    if (!std::exchange(warned_full_, true)) log::warn("draft model: its KV cache is full; sequences go undrafted: {}", e.what());
+    tracks_.erase(&seq);  // its blocks go back; drafted for again from scratch once there is room
+    return {};
+  }
+}
+
+std::vector<int32_t> ModelDrafter::draft(const Sequence& seq, int k) {
   auto [it, fresh] = tracks_.try_emplace(&seq, Track{runner_->new_cache(), {}});
   Track& track = it->second;
   if (fresh) track.kv.set_rollback_margin(max_drafts_ + 1);

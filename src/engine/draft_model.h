@@ -23,13 +23,16 @@ class ModelDrafter final : public Drafter {
  public:
   // Loads the draft from `folder` onto `backend`; refuses (kInvalidArgument) a draft whose
   // vocabulary differs from the target's (its size, or any token's string where both
-  // folders have a tokenizer). The draft's caches may be rolled back `max_drafts` + 1.
+  // folders have a tokenizer). The draft's caches may be rolled back `max_drafts` + 1; its
+  // pool holds at most `kv_bytes` (0: no cap): a sequence that finds it full is not drafted for.
   ModelDrafter(const std::string& folder, const Model& target, const Tokenizer* target_tokenizer, Backend& backend,
-               int max_drafts);
+               int max_drafts, size_t kv_bytes);
   std::vector<int32_t> propose(const Sequence& seq, int k) override;
   void forget(const Sequence& seq) override { tracks_.erase(&seq); }
 
  private:
+  std::vector<int32_t> draft(const Sequence& seq, int k);
+
   struct Track {
     KvCache kv;
     std::vector<int32_t> fed;  // the tokens whose KV the draft's cache holds, in order
@@ -38,6 +41,7 @@ class ModelDrafter final : public Drafter {
   std::unique_ptr<Model> model_;
   StandaloneRunner runner_;
   int max_drafts_;
+  bool warned_full_ = false;
   std::unordered_map<const Sequence*, Track> tracks_;
 };
 

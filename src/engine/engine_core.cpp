@@ -119,7 +119,8 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
          draft_kind_name(spec.kind), model_.source);
   if (spec.kind == DraftKind::kNgram) drafter_ = std::make_unique<NgramDrafter>(spec.ngram_max, spec.ngram_min);
   if (spec.kind == DraftKind::kModel)
-    drafter_ = std::make_unique<ModelDrafter>(spec.draft_model, model_, tokenizer_, *backends_[0], spec.max_drafts());
+    drafter_ = std::make_unique<ModelDrafter>(spec.draft_model, model_, tokenizer_, *backends_[0], spec.max_drafts(),
+                                              spec.draft_kv_bytes);
   speculation_.kind = draft_kind_name(spec.kind);
   speculation_.max_drafts = spec.on() ? spec.max_drafts() : 0;
 }

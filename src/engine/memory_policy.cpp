@@ -49,7 +49,7 @@ MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightSt
                        flags.prefill_chunk);
   d.reserve_kv = device_memory;
   d.device_bytes = flags.memory_budget_gb ? static_cast<size_t>(*flags.memory_budget_gb * 1e9) : device_bytes;
-  const size_t fixed = d.plan.weight_bytes + d.plan.working_bytes;
+  const size_t fixed = d.plan.weight_bytes + flags.other_weight_bytes + d.plan.working_bytes;
   if (flags.memory_budget_gb && d.device_bytes <= fixed)
     fail(ErrorCategory::kInvalidArgument,
          "--memory-budget {:.2f} GB does not hold the model's weights ({:.2f} GB) plus {:.2f} GB of working memory",

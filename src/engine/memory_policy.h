@@ -29,6 +29,7 @@ struct MemoryFlags {
   int64_t prefill_chunk = 2048;
   int ranks = 1;
   KvQuant kv_quant;  // --kv-quant: how the KV rows are stored
+  size_t other_weight_bytes = 0;  // held beside the model's (a draft model's weights), per rank
 };
 
 struct MemoryDecision {

@@ -29,6 +29,7 @@ struct SpeculationOptions {
   int num_draft_tokens = 0;  // the most drafts per step; 0: the kind's default (ngram 10, model 3)
   int ngram_max = 3, ngram_min = 1;  // n-gram lengths tried, longest first
   std::string draft_model;           // kind model: the draft's folder
+  size_t draft_kv_bytes = 0;         // kind model: the draft's KV pool cap; 0: none (it grows)
 
   bool on() const { return kind != DraftKind::kNone; }
   int max_drafts() const { return num_draft_tokens > 0 ? num_draft_tokens : kind == DraftKind::kNgram ? 10 : 3; }

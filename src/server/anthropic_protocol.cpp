@@ -182,10 +182,12 @@ json tool_input(const ToolCall& call) {
 
 // As Anthropic counts: input_tokens are the prompt tokens not read from the cache.
 json usage(const TurnEnd& end) {
-  return {{"input_tokens", end.prompt_tokens - end.cached_tokens},
-          {"cache_creation_input_tokens", 0},
-          {"cache_read_input_tokens", end.cached_tokens},
-          {"output_tokens", end.completion_tokens}};
+  json out = {{"input_tokens", end.prompt_tokens - end.cached_tokens},
+              {"cache_creation_input_tokens", 0},
+              {"cache_read_input_tokens", end.cached_tokens},
+              {"output_tokens", end.completion_tokens}};
+  if (end.speculative) out["speculation"] = speculation_usage(end);
+  return out;
 }
 
 std::string stop_reason(const TurnEnd& end) {

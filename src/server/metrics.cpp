@@ -53,6 +53,16 @@ nlohmann::json ssd_stats(const SsdLoad& s) {
           {"resumed", s.resumed}};
 }
 
+nlohmann::json speculation_stats(const SpeculationLoad& s) {
+  return {{"kind", s.kind},
+          {"max_drafts", s.max_drafts},
+          {"drafted", s.drafted},
+          {"accepted", s.accepted},
+          {"acceptance", s.drafted > 0 ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0},
+          {"verifies", s.verifies},
+          {"tokens_per_verify", s.verifies > 0 ? static_cast<double>(s.emitted) / static_cast<double>(s.verifies) : 0.0}};
+}
+
 }  // namespace
 
 nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_id) const {
@@ -91,7 +101,8 @@ nlohmann::json Metrics::stats(const EngineLoad& load, const std::string& model_i
             {"bytes", load.prefix_cache.bytes},
             {"held_bytes", load.prefix_cache.held_bytes},
             {"capacity_bytes", load.prefix_cache.capacity_bytes}}},
-          {"ssd_cache", ssd_stats(load.ssd)}};
+          {"ssd_cache", ssd_stats(load.ssd)},
+          {"speculation", speculation_stats(load.speculation)}};
 }
 
 std::string Metrics::prometheus(const EngineLoad& load, const std::string& model_id) const {
@@ -153,6 +164,16 @@ std::string Metrics::prometheus(const EngineLoad& load, const std::string& model
     single("kettle_generations_resumed_total", "counter", "Generations resumed from a checkpoint.", std::to_string(d.resumed));
     single("kettle_ssd_cache_spilling", "gauge", "1 while blocks are written to disk; 0 once the disk refused.",
            d.spilling ? "1" : "0");
+  }
+  if (const SpeculationLoad& s = load.speculation; s.kind != "none") {
+    single("kettle_speculation_drafted_tokens_total", "counter", "Tokens drafted for verification (--draft-kind).",
+           std::to_string(s.drafted));
+    single("kettle_speculation_accepted_tokens_total", "counter", "Drafted tokens the model accepted.",
+           std::to_string(s.accepted));
+    single("kettle_speculation_verifies_total", "counter", "Verify steps run (a sequence's drafts checked at once).",
+           std::to_string(s.verifies));
+    single("kettle_speculation_verify_tokens_total", "counter", "Tokens the verify steps produced.",
+           std::to_string(s.emitted));
   }
   metric("kettle_time_to_first_token_seconds", "histogram", "Time from request to first generated token.");
   for (size_t i = 0; i < kTtftBuckets.size(); ++i)

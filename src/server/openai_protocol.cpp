@@ -312,10 +312,12 @@ json openai_model_list(const ModelCard& card) { return {{"object", "list"}, {"da
 namespace {
 
 json usage_json(const TurnEnd& end) {
-  return {{"prompt_tokens", end.prompt_tokens},
-          {"completion_tokens", end.completion_tokens},
-          {"total_tokens", end.prompt_tokens + end.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", end.cached_tokens}}}};
+  json usage = {{"prompt_tokens", end.prompt_tokens},
+                {"completion_tokens", end.completion_tokens},
+                {"total_tokens", end.prompt_tokens + end.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", end.cached_tokens}}}};
+  if (end.speculative) usage["speculation"] = speculation_usage(end);
+  return usage;
 }
 
 json token_bytes(const std::string& text) {

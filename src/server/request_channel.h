@@ -28,6 +28,8 @@ struct Event {
   int64_t prompt_tokens = 0;           // kDone
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;           // kDone: prompt tokens served from the prefix cache
+  bool speculative = false;            // kDone: the engine drafted (--draft-kind); drafted/accepted hold
+  int64_t drafted = 0, accepted = 0;   // kDone: speculation's drafted tokens, and of them accepted
   double queue_seconds = 0.0;          // kDone: waiting for the engine
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;         // after the first token
@@ -83,6 +85,9 @@ class EventChannel final : public GenerationSink {
     e.prompt_tokens = end.prompt_tokens;
     e.completion_tokens = end.completion_tokens;
     e.cached_tokens = end.cached_tokens;
+    e.speculative = end.speculative;
+    e.drafted = end.drafted;
+    e.accepted = end.accepted;
     e.queue_seconds = end.queue_seconds;
     e.prefill_seconds = end.prefill_seconds;
     e.decode_seconds = end.decode_seconds;

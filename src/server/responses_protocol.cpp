@@ -382,6 +382,7 @@ class ResponsesWriter : public ResponseWriter {
                   {"output_tokens", end.completion_tokens},
                   {"output_tokens_details", {{"reasoning_tokens", 0}}},
                   {"total_tokens", end.prompt_tokens + end.completion_tokens}};
+    if (end.speculative) usage["speculation"] = speculation_usage(end);
     json response = response_json(incomplete ? "incomplete" : "completed", std::move(output), std::move(usage));
     if (incomplete) response["incomplete_details"] = {{"reason", "max_output_tokens"}};
     if (request_.store && on_complete_) {

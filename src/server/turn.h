@@ -3,6 +3,8 @@
 // engine streams and summed into a Turn for non-streaming responses.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,7 +44,14 @@ struct TurnEnd {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // of prompt_tokens, served from the prefix cache
+  bool speculative = false;   // drafted and accepted are reported (--draft-kind)
+  int64_t drafted = 0, accepted = 0;
 };
+
+// usage's "speculation" member (every API's usage object has it when the server drafts).
+inline nlohmann::json speculation_usage(const TurnEnd& end) {
+  return {{"drafted", end.drafted}, {"accepted", end.accepted}};
+}
 
 struct Turn {
   std::string reasoning;

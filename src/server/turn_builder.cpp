@@ -42,6 +42,9 @@ TurnEnd TurnBuilder::end(const Event& done) const {
   end.prompt_tokens = done.prompt_tokens;
   end.completion_tokens = done.completion_tokens;
   end.cached_tokens = done.cached_tokens;
+  end.speculative = done.speculative;
+  end.drafted = done.drafted;
+  end.accepted = done.accepted;
   return end;
 }
 
