@@ -12,12 +12,16 @@
 #include <sys/resource.h>
 
 #include <array>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 
 #include "backend/backend.h"
+#include "cli/bench_common.h"
+#include "cli/bench_speculation.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/engine_core.h"
@@ -50,28 +54,12 @@ struct BenchFlags {
   int64_t prefill_chunk = 2048;
   std::string json_schema;  // --json-schema: a constrained run beside each --parallel row
   std::string tokenizer;    // --tokenizer: the vocabulary its masks are over (default: the model's)
+  SpeculationOption speculation;  // --draft-kind: decode with and without drafts (bench_speculation.h)
+  std::string prompt_file;        // --prompt-file: the speculation test's prompt, as text
   ThreadOption threads;
   DeviceOption device;
   TensorParallelOption tensor_parallel;
 };
-
-struct Stat {
-  double mean = 0, sd = 0;
-};
-
-Stat stat_of(const std::vector<double>& v) {
-  Stat s;
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
-  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
-  return s;
-}
-
-std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % vocab);
-  return ids;
-}
 
 // Runs context[from, to) into kv, `chunk` tokens per forward, untimed.
 void prefill(ModelRunner& t, const std::vector<int32_t>& context, size_t from, size_t to, int64_t chunk, KvCache& kv,
@@ -126,21 +114,6 @@ struct BatchedResult {
   int batch = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decoded = 0;  // tokens drawn after the last first token
-};
-
-class TimingSink final : public GenerationSink {
- public:
-  explicit TimingSink(const Timer& clock) : clock_(clock) {}
-  void on_output(GenerationOutput output) override {
-    for (size_t i = 0; i < output.ids.size(); ++i) times.push_back(clock_.seconds());
-  }
-  void on_end(const GenerationEnd& end) override {
-    if (!end.ok()) fail(end.error_category, "bench: a generation failed: {}", end.error);
-  }
-  std::vector<double> times;  // when each token came
-
- private:
-  const Timer& clock_;
 };
 
 BatchedResult batched_run(EngineCore& core, int batch, int prompt, int gen,
@@ -239,6 +212,34 @@ int run_batched(const BenchFlags& f, EngineCore& core, const Model& model, const
   return 0;
 }
 
+// The --draft-kind test: the prompt of --prompt-file (the model's tokenizer, or --tokenizer) or
+// -p synthetic ids, -g tokens, each --parallel B (default 1).
+SpeculationBench speculation_bench(const BenchFlags& f, const Model& model, const std::string& backend) {
+  SpeculationBench b;
+  if (!f.prompt_file.empty()) {
+    std::ifstream in(f.prompt_file);
+    if (!in) fail(ErrorCategory::kNotFound, "bench: --prompt-file {}: cannot read it", f.prompt_file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string tokenizer_path = !f.tokenizer.empty() ? f.tokenizer : f.model;
+    if (tokenizer_path.empty())
+      fail(ErrorCategory::kInvalidArgument, "bench: --prompt-file with --synthetic needs --tokenizer FILE");
+    b.prompt = Tokenizer::from_file(tokenizer_path).encode(text);
+    if (b.prompt.empty()) fail(ErrorCategory::kInvalidArgument, "bench: --prompt-file {} is empty", f.prompt_file);
+  } else {
+    b.prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
+  }
+  b.gen_tokens = f.gen_tokens;
+  b.repetitions = f.repetitions;
+  if (!f.parallel.empty()) b.batches = f.parallel;
+  b.model = model.source;
+  b.backend = backend;
+  const SpeculationOptions s = f.speculation.resolve();
+  b.draft = s.kind == DraftKind::kModel ? fmt::format("model {}", std::filesystem::path(s.draft_model).filename().string())
+                                        : fmt::format("{} (n {}..{})", draft_kind_name(s.kind), s.ngram_min, s.ngram_max);
+  b.json = f.json;
+  return b;
+}
+
 double peak_rss_gib() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -262,6 +263,11 @@ int run_bench(const BenchFlags& f) {
     fail(ErrorCategory::kInvalidArgument, "bench: give a model folder or --synthetic PRESET (one of them)");
   if (f.depth > 0 && !f.parallel.empty())
     fail(ErrorCategory::kInvalidArgument, "bench: --depth applies to the pp/tg tests, not to --parallel");
+  const SpeculationOptions speculation = f.speculation.resolve();
+  if (speculation.on() && (f.depth > 0 || !f.json_schema.empty()))
+    fail(ErrorCategory::kInvalidArgument, "bench: --draft-kind runs its own test; --depth and --json-schema do not apply");
+  if (!speculation.on() && !f.prompt_file.empty())
+    fail(ErrorCategory::kInvalidArgument, "bench: --prompt-file is the --draft-kind test's prompt");
   if (f.json) log::set_level(log::Level::kQuiet);
   Timer load_timer;
   const SyntheticQuant quant = f.synthetic_quant.resolve(!f.synthetic.empty());
@@ -286,10 +292,12 @@ int run_bench(const BenchFlags& f) {
   options.prefill_chunk = f.prefill_chunk;
   options.kv_budget_bytes = decision.kv_budget_bytes;
   options.kv_quant = memory.kv_quant;
+  options.speculation = speculation;
   Timer upload_timer;
   EngineCore core(model, nullptr, backend_pointers(backends), options);
   ModelRunner& runner = core.runner();
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
+  if (speculation.on()) return run_speculation_bench(core, speculation_bench(f, model, backend->name()));
   if (!f.parallel.empty()) return run_batched(f, core, model, backend->name());
   if (!f.json_schema.empty()) fail(ErrorCategory::kInvalidArgument, "bench: --json-schema applies to --parallel");
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
@@ -379,6 +387,9 @@ Action register_bench(CLI::App& app) {
   f->threads.add_to(app);
   f->device.add_to(app);
   f->kv_quant.add_to(app);
+  f->speculation.add_to(app);
+  app.add_option("--prompt-file", f->prompt_file,
+                 "--draft-kind's test: its prompt as a text file (default: -p synthetic ids)");
   return [f] { return run_bench(*f); };
 }
 

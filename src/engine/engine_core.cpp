@@ -121,6 +121,7 @@ EngineCore::EngineCore(const Model& model, const Tokenizer* tokenizer, const std
   if (spec.kind == DraftKind::kModel)
     drafter_ = std::make_unique<ModelDrafter>(spec.draft_model, model_, tokenizer_, *backends_[0], spec.max_drafts(),
                                               spec.draft_kv_bytes);
+  speculating_ = drafter_ != nullptr;
   speculation_.kind = draft_kind_name(spec.kind);
   speculation_.max_drafts = spec.on() ? spec.max_drafts() : 0;
 }
@@ -406,7 +407,7 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
 // A sequence drafts when its next step is a decode and it may still produce two tokens or
 // more (a verify of k drafts emits up to k + 1); at most what its DraftState asks for.
 void EngineCore::draft_running() {
-  if (!drafter_) return;
+  if (!speculating_) return;
   for (const auto& seq : scheduler_.running_sequences()) {
     if (seq->finished() || !seq->decoding() || seq->pending() != 1 || !seq->draft().empty()) continue;
     const int64_t left = seq->request().max_tokens - seq->produced();

@@ -84,6 +84,9 @@ class EngineCore {
   KvPool& pool() { return *pool_; }
   // The running sequences (a drafter sets their drafts between steps).
   Scheduler& scheduler() { return scheduler_; }
+  // Drafting on or off from the next step (bench compares the two on one engine); off when
+  // the engine has no drafter.
+  void speculate(bool on) { speculating_ = on && drafter_ != nullptr; }
 
  private:
   void run(const StepPlan& plan);
@@ -132,6 +135,7 @@ class EngineCore {
   std::set<int64_t> checkpoint_loads_;  // tickets of checkpoints being read
   Scheduler scheduler_;
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  bool speculating_ = false;
   SpeculationLoad speculation_;       // the drafter's kind and totals
   int64_t vocab_;
   std::string kv_quant_name_;  // --kv-quant's spelling, for /stats

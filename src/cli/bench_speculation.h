@@ -1,0 +1,26 @@
+// `kettle bench --draft-kind ...`: decode with and without speculation on one engine,
+// alternating, B generations of one prompt at a time (the prompt's text from
+// --prompt-file, or synthetic ids): decode tok/s of each, the speed-up, the share of
+// drafted tokens accepted and the tokens each sequence gets per target step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+
+namespace kettle::cli {
+
+struct SpeculationBench {
+  std::vector<int32_t> prompt;
+  int gen_tokens = 128;
+  int repetitions = 3;
+  std::vector<int> batches = {1};
+  std::string model, backend, draft;  // for the report
+  bool json = false;
+};
+
+// `core` was made with a drafter (EngineOptions::speculation) and room for the largest batch.
+int run_speculation_bench(EngineCore& core, const SpeculationBench& bench);
+
+}  // namespace kettle::cli
