@@ -28,6 +28,9 @@ DecodeRun decode_run(EngineCore& core, const SpeculationBench& b, int batch, boo
     request.prompt = b.prompt;
     request.max_tokens = b.gen_tokens;
     request.ignore_eos = true;
+    request.sampling.temperature = b.temperature;
+    request.sampling.seed = static_cast<uint64_t>(i) + 1;
+    request.sampling.seeded = true;
     sinks.push_back(std::make_shared<TimingSink>(clock));
     core.submit(std::move(request), sinks.back());
   }

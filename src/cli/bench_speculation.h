@@ -13,6 +13,7 @@ namespace kettle::cli {
 
 struct SpeculationBench {
   std::vector<int32_t> prompt;
+  float temperature = 0.0f;  // > 0: sampled (seeded per generation, the same seeds in both modes)
   int gen_tokens = 128;
   int repetitions = 3;
   std::vector<int> batches = {1};

@@ -56,6 +56,7 @@ struct BenchFlags {
   std::string tokenizer;    // --tokenizer: the vocabulary its masks are over (default: the model's)
   SpeculationOption speculation;  // --draft-kind: decode with and without drafts (bench_speculation.h)
   std::string prompt_file;        // --prompt-file: the speculation test's prompt, as text
+  float temperature = 0.0f;       // --temp: the speculation test samples (default greedy)
   ThreadOption threads;
   DeviceOption device;
   TensorParallelOption tensor_parallel;
@@ -229,6 +230,7 @@ SpeculationBench speculation_bench(const BenchFlags& f, const Model& model, cons
     b.prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
   }
   b.gen_tokens = f.gen_tokens;
+  b.temperature = f.temperature;
   b.repetitions = f.repetitions;
   if (!f.parallel.empty()) b.batches = f.parallel;
   b.model = model.source;
@@ -266,8 +268,8 @@ int run_bench(const BenchFlags& f) {
   const SpeculationOptions speculation = f.speculation.resolve();
   if (speculation.on() && (f.depth > 0 || !f.json_schema.empty()))
     fail(ErrorCategory::kInvalidArgument, "bench: --draft-kind runs its own test; --depth and --json-schema do not apply");
-  if (!speculation.on() && !f.prompt_file.empty())
-    fail(ErrorCategory::kInvalidArgument, "bench: --prompt-file is the --draft-kind test's prompt");
+  if (!speculation.on() && (!f.prompt_file.empty() || f.temperature != 0.0f))
+    fail(ErrorCategory::kInvalidArgument, "bench: --prompt-file and --temp are the --draft-kind test's");
   if (f.json) log::set_level(log::Level::kQuiet);
   Timer load_timer;
   const SyntheticQuant quant = f.synthetic_quant.resolve(!f.synthetic.empty());
@@ -390,6 +392,8 @@ Action register_bench(CLI::App& app) {
   f->speculation.add_to(app);
   app.add_option("--prompt-file", f->prompt_file,
                  "--draft-kind's test: its prompt as a text file (default: -p synthetic ids)");
+  app.add_option("--temp", f->temperature, "--draft-kind's test: sample at this temperature (default 0: greedy)")
+      ->check(CLI::Range(0.0f, 10.0f));
   return [f] { return run_bench(*f); };
 }
 

@@ -260,12 +260,14 @@ void EngineCore::report_load() {
 bool EngineCore::step() {
   take_restored();
   if (!scheduler_.admit().empty()) report_load();
-  draft_running();
+  const Timer timer;
+  const double first_drafts = draft_running();
   StepPlan& plan = plan_;
   scheduler_.plan(plan);
   if (!plan.empty()) {
     try {
       run(plan);
+      time_step(plan, timer.seconds() - first_drafts);
     } catch (const std::exception& e) {  // a failed step fails every sequence in it
       log::warn("step failed: {}", e.what());
       for (const PlannedEntry& entry : plan.entries) entry.seq->finish("error", e.what());
@@ -394,7 +396,7 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
     if (i == drafts || t.id != entry.tokens[static_cast<size_t>(i + 1)]) break;
     ++accepted;
   }
-  seq.speculation.verified(static_cast<int>(drafts), static_cast<int>(accepted), speculation_.max_drafts);
+  seq.speculation.verified(static_cast<int>(drafts), static_cast<int>(accepted), speculation_.max_drafts, break_even());
   speculation_.drafted += drafts;
   speculation_.accepted += accepted;
   ++speculation_.verifies;
@@ -404,17 +406,36 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
   scheduler_.roll_back(seq, base + 1 + accepted);
 }
 
+void EngineCore::time_step(const StepPlan& plan, double seconds) {
+  if (!speculating_) return;
+  bool verifies = false;
+  for (const PlannedEntry& e : plan.entries) {
+    if (e.kind == StepKind::kPrompt) return;  // prompt chunks would weigh in
+    verifies = verifies || e.kind == StepKind::kVerify;
+  }
+  double& average = verifies ? verify_step_seconds_ : decode_step_seconds_;
+  average = average == 0.0 ? seconds : 0.9 * average + 0.1 * seconds;
+}
+
+double EngineCore::break_even() const {
+  return decode_step_seconds_ > 0.0 && verify_step_seconds_ > 0.0 ? verify_step_seconds_ / decode_step_seconds_ : 0.0;
+}
+
 // A sequence drafts when its next step is a decode and it may still produce two tokens or
 // more (a verify of k drafts emits up to k + 1); at most what its DraftState asks for.
-void EngineCore::draft_running() {
-  if (!speculating_) return;
+double EngineCore::draft_running() {
+  if (!speculating_) return 0.0;
+  double first = 0.0;
   for (const auto& seq : scheduler_.running_sequences()) {
     if (seq->finished() || !seq->decoding() || seq->pending() != 1 || !seq->draft().empty()) continue;
     const int64_t left = seq->request().max_tokens - seq->produced();
     const int k = static_cast<int>(std::min<int64_t>(seq->speculation.wanted(speculation_.max_drafts), left - 1));
     if (k <= 0) continue;
+    const Timer timer;
     seq->draft() = drafter_->propose(*seq, k);
+    if (seq->speculation.verifies == 0) first += timer.seconds();
   }
+  return first;
 }
 
 const uint32_t* EngineCore::step_masks(const StepPlan& plan, int64_t rows) {

@@ -113,8 +113,13 @@ class EngineCore {
   void find_checkpoint(Sequence& seq);
   // After a step: the running generations due a checkpoint write one (blocks, then state).
   void checkpoint_running();
-  // Before a step: drafts for the sequences about to decode (--draft-kind).
-  void draft_running();
+  // Before a step: drafts for the sequences about to decode (--draft-kind). Returns the seconds
+  // spent on sequences' first drafts (a draft model's prefill of the prompt: once, not per step).
+  double draft_running();
+  // Times a step of decodes alone or of verifies (drafting included): their ratio is what a
+  // verify costs in plain decode steps, each sequence's break-even (DraftState).
+  void time_step(const StepPlan& plan, double seconds);
+  double break_even() const;
 
   const Model& model_;
   const Tokenizer* tokenizer_;
@@ -136,6 +141,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
   bool speculating_ = false;
+  double decode_step_seconds_ = 0.0, verify_step_seconds_ = 0.0;  // moving averages
   SpeculationLoad speculation_;       // the drafter's kind and totals
   int64_t vocab_;
   std::string kv_quant_name_;  // --kv-quant's spelling, for /stats

@@ -48,18 +48,25 @@ int DraftState::wanted(int max) {
   return std::min(k, max);
 }
 
-void DraftState::verified(int n_drafted, int n_accepted, int max) {
+void DraftState::verified(int n_drafted, int n_accepted, int max, double break_even) {
   drafted += n_drafted;
   accepted += n_accepted;
   ++verifies;
   k = n_accepted == n_drafted ? std::min(max, std::max(1, 2 * k)) : std::max(1, n_accepted + 1);
-  if (n_accepted > 0) {
-    misses = 0;
-    next_pause = kFirstPause;
+  const double tokens = 1.0 + n_accepted;
+  yield = judged++ == 0 ? tokens : (1.0 - kYieldWeight) * yield + kYieldWeight * tokens;
+  misses = n_accepted > 0 ? 0 : misses + 1;
+  if (misses >= kMissesToPause || (break_even > 0.0 && judged >= kJudgeAfter && yield < break_even)) {
+    pause();
     return;
   }
-  if (++misses < kMissesToPause) return;
+  if (n_accepted > 0 && yield >= break_even) next_pause = kFirstPause;
+}
+
+void DraftState::pause() {
   misses = 0;
+  yield = 0.0;
+  judged = 0;
   paused = next_pause;
   next_pause = std::min(kLongestPause, 2 * next_pause);
 }

@@ -43,21 +43,33 @@ void check_speculation(const SpeculationOptions& options);
 
 // One sequence's speculation: how many drafts it asks for next and what it got so far.
 // The rule: k starts at min(max, 4); a verify that accepts every draft doubles k (up to
-// max), one that rejects some asks for one more than it accepted next time; after
-// kMissesToPause verifies in a row that accept nothing, the sequence decodes plainly for
-// a pause (8 steps, doubling up to 256 while drafts keep missing; back to 8 once one is
-// accepted). So with drafts that never hit, verifies are a vanishing share of the steps.
+// max), one that rejects some asks for one more than it accepted next time. The sequence
+// decodes plainly for a pause (8 steps, doubling up to 256 while drafting keeps not
+// paying; back to 8 once it pays) after kMissesToPause verifies in a row that accept
+// nothing, or when what its verifies yield (tokens per verify, a moving average over at
+// least kJudgeAfter of them) falls below the break-even: what a verify step costs in plain
+// decode steps, drafting included (timed by the engine). It starts with two plain decodes.
+// So where drafts do not pay, verifies are a vanishing share of the steps.
 struct DraftState {
   static constexpr int kMissesToPause = 2;
   static constexpr int kFirstPause = 8, kLongestPause = 256;
+  static constexpr double kYieldWeight = 0.25;  // of the newest verify in the moving average
+  static constexpr int kJudgeAfter = 3;          // verifies since a pause before the yield is judged
+  static constexpr int kFirstPlainSteps = 2;     // plain decodes first: the engine times them
   int k = 0;  // 0: not started
-  int misses = 0, paused = 0, next_pause = kFirstPause;
+  int misses = 0, paused = kFirstPlainSteps, next_pause = kFirstPause;
+  double yield = 0.0;  // tokens per verify, moving average since the last pause
+  int judged = 0;      // verifies since the last pause
   int64_t drafted = 0, accepted = 0, verifies = 0;
 
   // The drafts to ask for before this step (0: none now: paused, or the cap is 0).
   int wanted(int max);
-  // A verify of `drafted` drafts accepted the first `accepted`.
-  void verified(int drafted, int accepted, int max);
+  // A verify of `drafted` drafts accepted the first `accepted`; break_even: a verify step's
+  // cost in plain decode steps (0: not known yet).
+  void verified(int drafted, int accepted, int max, double break_even = 0.0);
+
+ private:
+  void pause();
 };
 
 // Proposes drafts for sequences about to decode.

@@ -43,6 +43,7 @@ TEST(NgramLookup, TheLongestLatestMatchProposesWhatFollowedIt) {
 
 TEST(DraftState, GrowsOnFullAcceptanceShrinksOnRejectionPausesOnMisses) {
   DraftState s;
+  for (int i = 0; i < DraftState::kFirstPlainSteps; ++i) EXPECT_EQ(s.wanted(10), 0) << "plain decodes first";
   EXPECT_EQ(s.wanted(10), 4);
   s.verified(4, 4, 10);
   EXPECT_EQ(s.wanted(10), 8);
@@ -63,6 +64,25 @@ TEST(DraftState, GrowsOnFullAcceptanceShrinksOnRejectionPausesOnMisses) {
   EXPECT_EQ(s.next_pause, DraftState::kFirstPause);
   EXPECT_EQ(s.drafted, 4 + 8 + 10 + 3 + 1 + 1 + 1 + 1);
   EXPECT_EQ(s.accepted, 4 + 8 + 2 + 1);
+}
+
+TEST(DraftState, PausesWhereItsVerifiesYieldLessThanTheyCost) {
+  DraftState s;
+  s.paused = 0;
+  // A verify costs 2.5 plain steps; each yields 2 tokens (one draft of three accepted).
+  for (int i = 0; i < DraftState::kJudgeAfter - 1; ++i) {
+    EXPECT_GT(s.wanted(4), 0);
+    s.verified(3, 1, 4, 2.5);
+    EXPECT_EQ(s.paused, 0) << "judged after " << DraftState::kJudgeAfter << " verifies";
+  }
+  s.verified(3, 1, 4, 2.5);
+  EXPECT_EQ(s.paused, DraftState::kFirstPause);
+  // The same yield where a verify costs 1.5 plain steps: drafting goes on.
+  DraftState cheap;
+  cheap.paused = 0;
+  for (int i = 0; i < 10; ++i) cheap.verified(3, 1, 4, 1.5);
+  EXPECT_EQ(cheap.paused, 0);
+  EXPECT_EQ(cheap.verifies, 10);
 }
 
 TEST(SpeculationOptions, BadValuesAreRefusedByName) {
@@ -229,7 +249,11 @@ TEST_F(SpeculationTest, SampledTokensKeepTheTargetsDistribution) {
     sinks.push_back(std::make_shared<TokenSink>());
     core.submit(std::move(r), sinks.back());
   }
-  core.run_until_idle();
+  while (!core.idle()) {
+    for (const auto& seq : core.scheduler().running_sequences())
+      if (seq->speculation.verifies == 0) seq->speculation.paused = 0;  // no plain decodes first: draft at once
+    core.step();
+  }
   EXPECT_GE(core.load().speculation.verifies, kSeeds) << "every second token came from a verify row";
   std::vector<int64_t> counts(static_cast<size_t>(vocab), 0);
   for (const auto& s : sinks) {
