@@ -298,9 +298,11 @@ bool EngineCore::draws_on_device(const StepPlan& plan) const {
 void EngineCore::run(const StepPlan& plan) {
   entries_.clear();
   int64_t rows = 0;
+  step_drafts_ = 0;
   for (const PlannedEntry& e : plan.entries) {
     rows += e.logits_rows;
     if (e.kind == StepKind::kVerify) {  // a decode row per token: each gets the bits decoding it alone gives
+      step_drafts_ += static_cast<int64_t>(e.tokens.size()) - 1;
       e.seq->kv->set_rollback_margin(static_cast<int64_t>(e.tokens.size()));
       for (size_t i = 0; i < e.tokens.size(); ++i)
         entries_.push_back({e.tokens.data() + i, 1, &*e.seq->kv, true, 1, static_cast<int64_t>(i)});
@@ -396,7 +398,8 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
     if (i == drafts || t.id != entry.tokens[static_cast<size_t>(i + 1)]) break;
     ++accepted;
   }
-  seq.speculation.verified(static_cast<int>(drafts), static_cast<int>(accepted), speculation_.max_drafts, break_even());
+  seq.speculation.verified(static_cast<int>(drafts), static_cast<int>(accepted), speculation_.max_drafts,
+                           verify_cost(step_drafts_));
   speculation_.drafted += drafts;
   speculation_.accepted += accepted;
   ++speculation_.verifies;
@@ -408,17 +411,16 @@ void EngineCore::verify(const PlannedEntry& entry, const float* logits) {
 
 void EngineCore::time_step(const StepPlan& plan, double seconds) {
   if (!speculating_) return;
-  bool verifies = false;
-  for (const PlannedEntry& e : plan.entries) {
+  for (const PlannedEntry& e : plan.entries)
     if (e.kind == StepKind::kPrompt) return;  // prompt chunks would weigh in
-    verifies = verifies || e.kind == StepKind::kVerify;
-  }
-  double& average = verifies ? verify_step_seconds_ : decode_step_seconds_;
+  double& average = step_drafts_ > 0 ? verify_step_seconds_[static_cast<size_t>(std::min(step_drafts_, kTimedDrafts))]
+                                     : decode_step_seconds_;
   average = average == 0.0 ? seconds : 0.9 * average + 0.1 * seconds;
 }
 
-double EngineCore::break_even() const {
-  return decode_step_seconds_ > 0.0 && verify_step_seconds_ > 0.0 ? verify_step_seconds_ / decode_step_seconds_ : 0.0;
+double EngineCore::verify_cost(int64_t step_drafts) const {
+  const double verify = verify_step_seconds_[static_cast<size_t>(std::min(step_drafts, kTimedDrafts))];
+  return decode_step_seconds_ > 0.0 && verify > 0.0 ? verify / decode_step_seconds_ : 0.0;
 }
 
 // A sequence drafts when its next step is a decode and it may still produce two tokens or

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <map>
 #include <set>
@@ -116,10 +117,10 @@ class EngineCore {
   // Before a step: drafts for the sequences about to decode (--draft-kind). Returns the seconds
   // spent on sequences' first drafts (a draft model's prefill of the prompt: once, not per step).
   double draft_running();
-  // Times a step of decodes alone or of verifies (drafting included): their ratio is what a
-  // verify costs in plain decode steps, each sequence's break-even (DraftState).
+  // Times a step of decodes alone, or of verifies (drafting included) by its drafts in all:
+  // their ratio is what a verify of so many drafts costs in plain decode steps (DraftState).
   void time_step(const StepPlan& plan, double seconds);
-  double break_even() const;
+  double verify_cost(int64_t step_drafts) const;  // 0: not timed yet
 
   const Model& model_;
   const Tokenizer* tokenizer_;
@@ -141,7 +142,10 @@ class EngineCore {
   Scheduler scheduler_;
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
   bool speculating_ = false;
-  double decode_step_seconds_ = 0.0, verify_step_seconds_ = 0.0;  // moving averages
+  static constexpr int64_t kTimedDrafts = 64;  // verify steps of more drafts share the last slot
+  double decode_step_seconds_ = 0.0;           // moving averages
+  std::array<double, kTimedDrafts + 1> verify_step_seconds_{};  // by the step's drafts in all
+  int64_t step_drafts_ = 0;                    // the running step's drafts in all
   SpeculationLoad speculation_;       // the drafter's kind and totals
   int64_t vocab_;
   std::string kv_quant_name_;  // --kv-quant's spelling, for /stats

@@ -48,25 +48,28 @@ int DraftState::wanted(int max) {
   return std::min(k, max);
 }
 
-void DraftState::verified(int n_drafted, int n_accepted, int max, double break_even) {
+void DraftState::verified(int n_drafted, int n_accepted, int max, double cost) {
   drafted += n_drafted;
   accepted += n_accepted;
   ++verifies;
   k = n_accepted == n_drafted ? std::min(max, std::max(1, 2 * k)) : std::max(1, n_accepted + 1);
-  const double tokens = 1.0 + n_accepted;
-  yield = judged++ == 0 ? tokens : (1.0 - kYieldWeight) * yield + kYieldWeight * tokens;
   misses = n_accepted > 0 ? 0 : misses + 1;
-  if (misses >= kMissesToPause || (break_even > 0.0 && judged >= kJudgeAfter && yield < break_even)) {
+  if (cost > 0.0) {
+    const double w = (1.0 + n_accepted) / cost;
+    worth = judged++ == 0 ? w : (1.0 - kWorthWeight) * worth + kWorthWeight * w;
+  }
+  if (misses >= kMissesToPause || (judged >= kJudgeAfter && worth < 1.0)) {
     pause();
     return;
   }
-  if (n_accepted > 0 && yield >= break_even) next_pause = kFirstPause;
+  if (n_accepted > 0 && (judged == 0 || worth >= 1.0)) next_pause = kFirstPause;
 }
 
 void DraftState::pause() {
   misses = 0;
-  yield = 0.0;
+  worth = 0.0;
   judged = 0;
+  k = 1;  // the next probe is cheap
   paused = next_pause;
   next_pause = std::min(kLongestPause, 2 * next_pause);
 }

@@ -46,27 +46,28 @@ void check_speculation(const SpeculationOptions& options);
 // max), one that rejects some asks for one more than it accepted next time. The sequence
 // decodes plainly for a pause (8 steps, doubling up to 256 while drafting keeps not
 // paying; back to 8 once it pays) after kMissesToPause verifies in a row that accept
-// nothing, or when what its verifies yield (tokens per verify, a moving average over at
-// least kJudgeAfter of them) falls below the break-even: what a verify step costs in plain
-// decode steps, drafting included (timed by the engine). It starts with two plain decodes.
-// So where drafts do not pay, verifies are a vanishing share of the steps.
+// nothing, or when its verifies' worth — tokens a verify gave over what a verify of that
+// many drafts costs in plain decode steps, drafting included (timed by the engine), a moving
+// average over at least kJudgeAfter verifies — falls below 1. After a pause it probes with
+// one draft. It starts with two plain decodes (the engine times them). So where drafts do
+// not pay, verifies are a vanishing share of the steps.
 struct DraftState {
   static constexpr int kMissesToPause = 2;
   static constexpr int kFirstPause = 8, kLongestPause = 256;
-  static constexpr double kYieldWeight = 0.25;  // of the newest verify in the moving average
-  static constexpr int kJudgeAfter = 3;          // verifies since a pause before the yield is judged
+  static constexpr double kWorthWeight = 0.25;  // of the newest verify in the moving average
+  static constexpr int kJudgeAfter = 3;          // verifies since a pause before their worth is judged
   static constexpr int kFirstPlainSteps = 2;     // plain decodes first: the engine times them
   int k = 0;  // 0: not started
   int misses = 0, paused = kFirstPlainSteps, next_pause = kFirstPause;
-  double yield = 0.0;  // tokens per verify, moving average since the last pause
+  double worth = 0.0;  // tokens per plain-step cost of its verifies, moving average since the last pause
   int judged = 0;      // verifies since the last pause
   int64_t drafted = 0, accepted = 0, verifies = 0;
 
   // The drafts to ask for before this step (0: none now: paused, or the cap is 0).
   int wanted(int max);
-  // A verify of `drafted` drafts accepted the first `accepted`; break_even: a verify step's
-  // cost in plain decode steps (0: not known yet).
-  void verified(int drafted, int accepted, int max, double break_even = 0.0);
+  // A verify of `drafted` drafts accepted the first `accepted`; cost: that verify step's cost
+  // in plain decode steps (0: not known yet: not judged).
+  void verified(int drafted, int accepted, int max, double cost = 0.0);
 
  private:
   void pause();
