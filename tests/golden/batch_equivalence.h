@@ -16,6 +16,7 @@
 #include "engine/engine_core.h"
 #include "model/model.h"
 #include "model/model_runner.h"
+#include "support/token_sink.h"
 
 namespace kettle::golden {
 
@@ -45,14 +46,7 @@ inline std::vector<int32_t> alone(ModelRunner& t, const std::vector<int32_t>& pr
   return out;
 }
 
-// Collects one generation's tokens.
-class TokenSink final : public GenerationSink {
- public:
-  void on_output(GenerationOutput output) override { tokens.insert(tokens.end(), output.ids.begin(), output.ids.end()); }
-  void on_end(const GenerationEnd& e) override { end = e; }
-  std::vector<int32_t> tokens;
-  GenerationEnd end;
-};
+using test_support::TokenSink;
 
 // All of `prompts` through the engine: three join before each step; prompts prefill
 // `chunk` tokens per step in all, after the decodes; the prefix cache on.

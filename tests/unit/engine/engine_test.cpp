@@ -13,21 +13,14 @@
 #include "engine/engine_core.h"
 #include "model/model.h"
 #include "model/model_runner.h"
+#include "support/token_sink.h"
 
 namespace kettle {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TokenSink final : public GenerationSink {
- public:
-  void on_output(GenerationOutput output) override { tokens.insert(tokens.end(), output.ids.begin(), output.ids.end()); }
-  void on_end(const GenerationEnd& e) override { end = e; }
-  bool cancelled() const override { return cancel; }
-  std::vector<int32_t> tokens;
-  GenerationEnd end;
-  bool cancel = false;
-};
+using test_support::TokenSink;
 
 class EngineCoreTest : public ::testing::Test {
  protected:

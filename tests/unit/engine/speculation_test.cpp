@@ -13,6 +13,7 @@
 #include "engine/speculation.h"
 #include "model/model.h"
 #include "model/model_runner.h"
+#include "support/token_sink.h"
 #include "util/error.h"
 
 namespace kettle {
@@ -110,13 +111,7 @@ TEST(SpeculationOptions, BadValuesAreRefusedByName) {
   EXPECT_NE(message([&] { check_speculation(o); }).find("--num-draft-tokens 99"), std::string::npos);
 }
 
-class TokenSink final : public GenerationSink {
- public:
-  void on_output(GenerationOutput output) override { tokens.insert(tokens.end(), output.ids.begin(), output.ids.end()); }
-  void on_end(const GenerationEnd& e) override { end = e; }
-  std::vector<int32_t> tokens;
-  GenerationEnd end;
-};
+using test_support::TokenSink;
 
 class SpeculationTest : public ::testing::Test {
  protected:
