@@ -65,7 +65,14 @@ std::vector<int32_t> ModelDrafter::draft(const Sequence& seq, int k) {
   track.kv.truncate(keep);
   track.fed.resize(static_cast<size_t>(keep));
   std::vector<int32_t> drafts;
-  int32_t next = runner_->forward_greedy(context.data() + keep, static_cast<int64_t>(context.size()) - keep, track.kv);
+  // What is new, in chunks (a long prompt's first drafts would otherwise be one huge forward).
+  const auto end = static_cast<int64_t>(context.size());
+  std::vector<float> logits(static_cast<size_t>(model_->spec.vocab_size));
+  for (; end - keep > kCatchUpChunk; keep += kCatchUpChunk) {
+    runner_->forward(context.data() + keep, kCatchUpChunk, track.kv, LogitsFor::kLastToken, logits.data());
+    track.fed.insert(track.fed.end(), context.begin() + keep, context.begin() + keep + kCatchUpChunk);
+  }
+  int32_t next = runner_->forward_greedy(context.data() + keep, end - keep, track.kv);
   track.fed.insert(track.fed.end(), context.begin() + keep, context.end());
   drafts.push_back(next);
   while (static_cast<int>(drafts.size()) < k) {

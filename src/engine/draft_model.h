@@ -31,6 +31,7 @@ class ModelDrafter final : public Drafter {
   void forget(const Sequence& seq) override { tracks_.erase(&seq); }
 
  private:
+  static constexpr int64_t kCatchUpChunk = 2048;  // tokens per forward when the draft catches up
   std::vector<int32_t> draft(const Sequence& seq, int k);
 
   struct Track {

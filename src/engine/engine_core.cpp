@@ -434,7 +434,12 @@ double EngineCore::draft_running() {
     const int k = static_cast<int>(std::min<int64_t>(seq->speculation.wanted(speculation_.max_drafts), left - 1));
     if (k <= 0) continue;
     const Timer timer;
-    seq->draft() = drafter_->propose(*seq, k);
+    try {
+      seq->draft() = drafter_->propose(*seq, k);
+    } catch (const std::exception& e) {  // a drafter's failure costs the drafts, never the generation
+      log::warn("speculation: no drafts this step: {}", e.what());
+      seq->draft().clear();
+    }
     if (seq->speculation.verifies == 0) first += timer.seconds();
   }
   return first;

@@ -185,6 +185,24 @@ TEST_F(SpeculationTest, EachDrafterGivesTheTokensOfDecodingWithout) {
   }
 }
 
+// A prompt longer than the draft's catch-up chunk (2048) reaches the draft in pieces; the
+// target drafting for itself is right every time.
+TEST_F(SpeculationTest, ALongPromptReachesTheDraftInChunks) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; prompt.size() < 2500; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + i / 7) % 500 + 1));
+  const GenerationRequest r = request(prompt, 12, 0.0f);
+  EngineCore plain(model_, nullptr, {backend_.get()}, EngineOptions{});
+  const std::vector<int32_t> expected = generate(plain, r).tokens;
+  EngineOptions options;
+  options.speculation.kind = DraftKind::kModel;
+  options.speculation.draft_model = golden_model("llama");
+  EngineCore core(model_, nullptr, {backend_.get()}, options);
+  const GenerationResult got = generate(core, r);
+  EXPECT_EQ(got.tokens, expected);
+  EXPECT_GT(got.end.drafted, 0);
+  EXPECT_EQ(got.end.accepted, got.end.drafted);
+}
+
 TEST_F(SpeculationTest, ADraftModelOfAnotherVocabularyIsRefused) {
   // A model of the same shape family with another vocabulary: kettle-demo's 4096 ids.
   SpeculationOptions spec;
