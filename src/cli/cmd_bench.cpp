@@ -215,7 +215,8 @@ int run_batched(const BenchFlags& f, EngineCore& core, const Model& model, const
 
 // The --draft-kind test: the prompt of --prompt-file (the model's tokenizer, or --tokenizer) or
 // -p synthetic ids, -g tokens, each --parallel B (default 1).
-SpeculationBench speculation_bench(const BenchFlags& f, const Model& model, const std::string& backend) {
+SpeculationBench speculation_bench(const BenchFlags& f, const SpeculationOptions& s, const Model& model,
+                                   const std::string& backend) {
   SpeculationBench b;
   if (!f.prompt_file.empty()) {
     std::ifstream in(f.prompt_file);
@@ -235,7 +236,6 @@ SpeculationBench speculation_bench(const BenchFlags& f, const Model& model, cons
   if (!f.parallel.empty()) b.batches = f.parallel;
   b.model = model.source;
   b.backend = backend;
-  const SpeculationOptions s = f.speculation.resolve();
   b.draft = s.kind == DraftKind::kModel ? fmt::format("model {}", std::filesystem::path(s.draft_model).filename().string())
                                         : fmt::format("{} (n {}..{})", draft_kind_name(s.kind), s.ngram_min, s.ngram_max);
   b.json = f.json;
@@ -299,7 +299,7 @@ int run_bench(const BenchFlags& f) {
   EngineCore core(model, nullptr, backend_pointers(backends), options);
   ModelRunner& runner = core.runner();
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
-  if (speculation.on()) return run_speculation_bench(core, speculation_bench(f, model, backend->name()));
+  if (speculation.on()) return run_speculation_bench(core, speculation_bench(f, speculation, model, backend->name()));
   if (!f.parallel.empty()) return run_batched(f, core, model, backend->name());
   if (!f.json_schema.empty()) fail(ErrorCategory::kInvalidArgument, "bench: --json-schema applies to --parallel");
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));

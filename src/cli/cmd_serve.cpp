@@ -25,6 +25,7 @@
 #include "engine/memory_policy.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/config.h"
 #include "model/memory_plan.h"
 #include "model/model_fingerprint.h"
 #include "model/model_runner.h"
@@ -138,9 +139,8 @@ struct DraftMemory {
 };
 DraftMemory draft_memory(const SpeculationOptions& speculation, const Backend& backend) {
   if (speculation.kind != DraftKind::kModel) return {};
-  const Model draft = load_model(speculation.draft_model);
-  const MemoryPlan plan = plan_memory(draft.spec, 1, weight_storage(draft.spec, backend),
-                                      kv_layout(draft.spec, backend.kv_dtype()), 1);
+  const ModelSpec draft = load_model_config(speculation.draft_model);  // its config alone: the drafter loads it
+  const MemoryPlan plan = plan_memory(draft, 1, weight_storage(draft, backend), kv_layout(draft, backend.kv_dtype()), 1);
   return {plan.weight_bytes, plan.kv_bytes_per_token + plan.window_kv_bytes_per_token};
 }
 

@@ -67,9 +67,9 @@ std::vector<int32_t> ModelDrafter::draft(const Sequence& seq, int k) {
   std::vector<int32_t> drafts;
   // What is new, in chunks (a long prompt's first drafts would otherwise be one huge forward).
   const auto end = static_cast<int64_t>(context.size());
-  std::vector<float> logits(static_cast<size_t>(model_->spec.vocab_size));
   for (; end - keep > kCatchUpChunk; keep += kCatchUpChunk) {
-    runner_->forward(context.data() + keep, kCatchUpChunk, track.kv, LogitsFor::kLastToken, logits.data());
+    catch_up_logits_.resize(static_cast<size_t>(model_->spec.vocab_size));  // unread: only the cache matters
+    runner_->forward(context.data() + keep, kCatchUpChunk, track.kv, LogitsFor::kLastToken, catch_up_logits_.data());
     track.fed.insert(track.fed.end(), context.begin() + keep, context.begin() + keep + kCatchUpChunk);
   }
   int32_t next = runner_->forward_greedy(context.data() + keep, end - keep, track.kv);

@@ -43,6 +43,7 @@ class ModelDrafter final : public Drafter {
   StandaloneRunner runner_;
   int max_drafts_;
   bool warned_full_ = false;
+  std::vector<float> catch_up_logits_;  // a catch-up chunk's logits, made on the first long catch-up
   std::unordered_map<const Sequence*, Track> tracks_;
 };
 
