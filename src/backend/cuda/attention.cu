@@ -45,7 +45,7 @@ __host__ __device__ constexpr int slot_floats(int hd) {
 // After the MMAs the tile area holds the merge's floats: the warps' states
 // (4 · group · hd), then the chunk weights (group · kMaxSplits), at most 128 · row
 // floats for any group ≤ 16.
-size_t block_bytes(int hd, int group) {
+__host__ __device__ inline size_t block_bytes(int hd, int group) {
   return static_cast<size_t>(2 * kChunk + 2 * (group + 1)) * padded_row(hd) * sizeof(__half);
 }
 
@@ -100,24 +100,40 @@ struct WarpState {
   float m[2], l[2];
 };
 
+// How a kernel reads its tiles' keys and values: f16 rows copied asynchronously; quantized
+// rows decoded as they are loaded (kv_rows.cuh, every codec); or quantized rows staged —
+// their raw bytes copied asynchronously, the next tile's in flight while this one's MMAs run,
+// then decoded from shared memory (kv_stages codecs, heads up to 128).
+enum class KvRead { kF16, kDecode, kStaged };
+
+template <int KT>
+__device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, int hd, const __half* q_hi,
+                                          const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
+                                          const __half* k_tile, const __half* v_tile, int lane, WarpState<KT>& st);
+
+// The pool rows of a warp's tile at j0 (-1 where not in [begin, end)); f16 rows (kElement)
+// as the element offset of the head in them.
+template <bool kElement>
+__device__ __forceinline__ void tile_rows(const Pages& kv, const int32_t* table, int64_t head_offset, int64_t j0,
+                                          int64_t begin, int64_t end, int64_t* rows, int lane) {
+  const int64_t j = j0 + lane;
+  const bool visible = j >= begin && j < end;
+  rows[lane] = !visible ? -1 : kElement ? kv.row(table, static_cast<int>(j)) * kv.ld + head_offset
+                                        : kv.row(table, static_cast<int>(j));
+  __syncwarp();
+}
+
 // One warp's 32-key tile at j0 (keys outside [begin, end) invisible) folded into its state:
-// copy through the block table (kQuantized: decode the rows' codes, kv_rows.cuh), S = Q·Kᵀ,
-// the softmax update, O += P·V.
+// copy through the block table (kQuantized: decode the rows' codes, kv_rows.cuh), then fold_tile.
 template <int KT, bool kQuantized>
 __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
                                             bool aligned, const AttentionParams& p, int group, const __half* q_hi,
                                             const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
                                             __half* k_tile, __half* v_tile, int64_t* rows, int lane,
                                             WarpState<KT>& st) {
-  const int stride = padded_row(hd), steps = (hd + 15) / 16;
-  {
-    const int64_t j = j0 + lane;
-    const bool visible = j >= begin && j < end;
-    // Quantized rows: the pool row (read_tile finds the head in it); f16 rows: the element.
-    rows[lane] = !visible ? -1 : kQuantized ? kv.row(table, static_cast<int>(j))
-                                               : kv.row(table, static_cast<int>(j)) * kv.ld + head_offset;
-  }
-  __syncwarp();
+  const int stride = padded_row(hd);
+  // Quantized rows: the pool row (read_tile finds the head in it); f16 rows: the element.
+  tile_rows<!kQuantized>(kv, table, head_offset, j0, begin, end, rows, lane);
   if constexpr (kQuantized) {
     if (kv.pieces) {
       read_kv_pieces<KT>(kv, [rows](int key) { return rows[key]; }, kWarp, head_offset, hd, stride, lane, kWarp, k_tile,
@@ -132,7 +148,16 @@ __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* tabl
     copies_done();
   }
   __syncwarp();
+  fold_tile<KT>(p, group, hd, q_hi, q_lo, j0, begin, end, k_tile, v_tile, lane, st);
+}
 
+// A warp's tile of 32 keys at j0, its f16 keys and values in shared memory, folded into the
+// warp's state: S = Q·Kᵀ, the softmax update, O += P·V.
+template <int KT>
+__device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, int hd, const __half* q_hi,
+                                          const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
+                                          const __half* k_tile, const __half* v_tile, int lane, WarpState<KT>& st) {
+  const int stride = padded_row(hd), steps = (hd + 15) / 16;
   // S = Q·Kᵀ: 16 head rows × the tile's 32 keys as four 8-key MMA tiles.
   float s[4][4];
 #pragma unroll
@@ -232,14 +257,14 @@ __device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* tabl
 // (not empty) starting at chunk_begin: the block's result into the query's output
 // (splits == 1) or the chunk's slot of partial (value, max, mass). Warp w takes keys
 // chunk_begin + 128 i + 32 w for i = 0, 1, ... KT bounds the 16-dim steps of head_dim.
-template <int KT, bool kQuantized>
+template <int KT, KvRead kRead>
 __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_t ldq, const Pages& kv,
                                              const AttentionParams& p, int group, int splits, int64_t t, int split,
                                              int head0, int64_t chunk_begin, int64_t begin, int64_t end, float* out,
                                              int64_t ldo, float* partial) {
   extern __shared__ __align__(16) __half smem[];
   __shared__ float sm_m[kAttnWarps][kMmaRows], sm_l[kAttnWarps][kMmaRows];
-  __shared__ int64_t sm_row[kAttnWarps][kWarp];
+  __shared__ int64_t sm_row[kAttnWarps][kRead == KvRead::kStaged ? 2 : 1][kWarp];  // staged: two tiles' rows
   const int kvh = head0 / (p.n_heads / p.n_kv_heads);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int hd = p.head_dim, stride = padded_row(hd), steps = (hd + 15) / 16;
@@ -251,6 +276,21 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
   const int64_t head_offset = static_cast<int64_t>(kvh) * hd;
 
   grid_wait();  // the cache rows and q come from the previous kernel
+  // Staged reads: the warp's first tile's copies go out before q is read.
+  const KvStage key_stage(kv.key_codec, hd), value_stage(kv.value_codec, hd);
+  uint8_t* k_stage = reinterpret_cast<uint8_t*>(smem) + block_bytes(hd, group) +
+                     warp * (key_stage.bytes(kWarp) + value_stage.bytes(kWarp));
+  uint8_t* v_stage = k_stage + key_stage.bytes(kWarp);
+  int64_t j0 = chunk_begin + warp * kWarp;
+  while (j0 < end && j0 + kWarp <= begin) j0 += kChunk;  // tiles wholly before the window
+  const auto stage = [&](int64_t tile, int64_t* rows) {
+    tile_rows<false>(kv, table, head_offset, tile, begin, end, rows, lane);
+    stage_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, k_stage, lane);
+    stage_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, v_stage, lane);
+    copies_commit();
+  };
+  if constexpr (kRead == KvRead::kStaged)
+    if (j0 < end) stage(j0, sm_row[warp][0]);
   // q (pre-scaled) as hi + lo f16 rows; row `group` stays zero.
   const int width = steps * 16;
   for (int i = threadIdx.x; i < (group + 1) * width; i += blockDim.x) {
@@ -267,11 +307,25 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
   st.l[0] = st.l[1] = 0.0f;
 #pragma unroll
   for (int n = 0; n < 2 * KT; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
-  const bool aligned = (hd & 7) == 0 && (kv.ld & 7) == 0;
-  for (int64_t j0 = chunk_begin + warp * kWarp; j0 < end; j0 += kChunk)
-    if (j0 + kWarp > begin)
-      attend_tile<KT, kQuantized>(kv, table, head_offset, hd, aligned, p, group, q_hi, q_lo, j0, begin, end, k_tile, v_tile,
-                      sm_row[warp], lane, st);
+  if constexpr (kRead == KvRead::kStaged) {
+    // Tile i's staged bytes decoded into the f16 tiles, tile i + 1's copies issued, then
+    // tile i's MMAs while they fly; the rows of the two tiles alternate between two buffers.
+    for (int buffer = 0; j0 < end; j0 += kChunk, buffer ^= 1) {
+      const int64_t* rows = sm_row[warp][buffer];
+      copies_wait<0>();
+      __syncwarp();
+      decode_staged(kv.key_codec, k_stage, rows, kWarp, hd, stride, k_tile, lane);
+      decode_staged(kv.value_codec, v_stage, rows, kWarp, hd, stride, v_tile, lane);
+      __syncwarp();  // the staging area is free, the f16 tiles are whole
+      if (j0 + kChunk < end) stage(j0 + kChunk, sm_row[warp][buffer ^ 1]);
+      fold_tile<KT>(p, group, hd, q_hi, q_lo, j0, begin, end, k_tile, v_tile, lane, st);
+    }
+  } else {
+    const bool aligned = (hd & 7) == 0 && (kv.ld & 7) == 0;
+    for (; j0 < end; j0 += kChunk)
+      attend_tile<KT, kRead == KvRead::kDecode>(kv, table, head_offset, hd, aligned, p, group, q_hi, q_lo, j0, begin,
+                                                end, k_tile, v_tile, sm_row[warp][0], lane, st);
+  }
 
   // The warps' states into shared memory (the tile area is free once every warp is here).
   __syncthreads();
@@ -324,8 +378,8 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
 
 // One block: chunk blockIdx.x of query blockIdx.z for heads [group · blockIdx.y, + group).
 // A chunk past the query's keys (the step's bound is a bucket) only marks its slot empty.
-template <int KT, bool kQuantized>
-__global__ void __launch_bounds__(kAttnWarps* kWarp, 3)
+template <int KT, KvRead kRead>
+__global__ void __launch_bounds__(kAttnWarps* kWarp, kRead == KvRead::kStaged ? 2 : 3)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, Pages kv, const int32_t* __restrict__ positions,
                            AttentionParams p, int group, int splits, float* out, int64_t ldo, float* partial,
                            unsigned* arrivals) {
@@ -342,7 +396,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp, 3)
   const int64_t begin = max(first, chunk_begin);
   const int64_t end = min(pos + 1, chunk_begin + chunk);
   if (begin < end) {
-    attend_chunk<KT, kQuantized>(q, ldq, kv, p, group, splits, t, split, head0, chunk_begin, begin, end, out, ldo, partial);
+    attend_chunk<KT, kRead>(q, ldq, kv, p, group, splits, t, split, head0, chunk_begin, begin, end, out, ldo, partial);
   } else {
     grid_wait();
     for (int i = threadIdx.x; splits > 1 && i < group * slot_floats(hd); i += blockDim.x) {
@@ -478,22 +532,36 @@ void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const 
   const int splits = static_cast<int>(splits_for(max_kv));
   const int group = heads_per_block(p);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / group), static_cast<unsigned>(n));
+  const Pages pages = pages_of(kv, p.head_dim);
+  const bool codes = kv.codec.key.quantized() || kv.codec.value.quantized();
+  const bool staged = codes && pages.pieces && kv_stages(kv.codec.key) && kv_stages(kv.codec.value) && p.head_dim <= 128;
+  const size_t smem = block_bytes(p.head_dim, group) +
+                      (staged ? kAttnWarps * static_cast<size_t>(KvStage(kv.codec.key, p.head_dim).bytes(kWarp) +
+                                                                 KvStage(kv.codec.value, p.head_dim).bytes(kWarp))
+                              : 0);
   const auto run = [&](auto kernel) {
+    // Every kernel's most (staging adds at most 40 KB to heads ≤ 128, well under a head of 256's tiles).
     allow_shared_memory(reinterpret_cast<const void*>(kernel), static_cast<int>(block_bytes(256, kMmaRows)));
-    launch(kernel, grid, kAttnWarps * kWarp, block_bytes(p.head_dim, group), stream, q, ldq, pages_of(kv, p.head_dim), positions, p,
-           group, splits, out, ldo, partial, arrivals);
+    launch(kernel, grid, kAttnWarps * kWarp, smem, stream, q, ldq, pages, positions, p, group, splits, out, ldo, partial,
+           arrivals);
   };
   // Quantized rows take kernels of their own (their decoding's registers stay out of the f16 ones).
-  const bool codes = kv.codec.key.quantized() || kv.codec.value.quantized();
-  const auto kernel = [codes](auto f16, auto quantized) { return codes ? quantized : f16; };
+  const KvRead read = !codes ? KvRead::kF16 : staged ? KvRead::kStaged : KvRead::kDecode;
+  const auto pick = [read](auto f16, auto decode, auto staged_kernel) {
+    return read == KvRead::kF16 ? f16 : read == KvRead::kDecode ? decode : staged_kernel;
+  };
   if (p.head_dim <= 32)
-    run(kernel(attention_chunk_kernel<2, false>, attention_chunk_kernel<2, true>));
+    run(pick(attention_chunk_kernel<2, KvRead::kF16>, attention_chunk_kernel<2, KvRead::kDecode>,
+             attention_chunk_kernel<2, KvRead::kStaged>));
   else if (p.head_dim <= 64)
-    run(kernel(attention_chunk_kernel<4, false>, attention_chunk_kernel<4, true>));
+    run(pick(attention_chunk_kernel<4, KvRead::kF16>, attention_chunk_kernel<4, KvRead::kDecode>,
+             attention_chunk_kernel<4, KvRead::kStaged>));
   else if (p.head_dim <= 128)
-    run(kernel(attention_chunk_kernel<8, false>, attention_chunk_kernel<8, true>));
+    run(pick(attention_chunk_kernel<8, KvRead::kF16>, attention_chunk_kernel<8, KvRead::kDecode>,
+             attention_chunk_kernel<8, KvRead::kStaged>));
   else
-    run(kernel(attention_chunk_kernel<16, false>, attention_chunk_kernel<16, true>));
+    run(pick(attention_chunk_kernel<16, KvRead::kF16>, attention_chunk_kernel<16, KvRead::kDecode>,
+             attention_chunk_kernel<16, KvRead::kDecode>));
 }
 
 }  // namespace kettle::cuda

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/mma.cuh"
 #include "tensor/kv_codec.h"
 
 namespace kettle::cuda {
@@ -195,6 +196,75 @@ __device__ __forceinline__ void read_kv_pieces(const KvView& kv, RowOf row_of, i
     load_pieces<R>(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, head_piece, per_row, from, step, v);
     store_pieces<R>(kv.key_codec, rows, k, total, per_row, from, step, stride, k_tile);
     store_pieces<R>(kv.value_codec, rows, v, total, per_row, from, step, stride, v_tile);
+  }
+}
+
+// --- staged tiles: a tile's raw codes and parameters copied asynchronously into shared
+// memory (the next tile's copies in flight while this one's MMAs run), decoded from there ---
+
+// Whether a codec's rows stage with cp.async: pieces of 4, 8 or 16 bytes of codes and
+// 4-byte parameter blocks (affine 2, 4 or 8 bits; fp8), on rows kv_pieces_fit.
+__host__ __device__ inline bool kv_stages(const KvRowCodec& c) {
+  return (c.bits == 2 || c.bits == 4 || c.bits == 8) && c.group_param_bytes() == 4;
+}
+
+// One matrix's staging of a warp's tile of 32 keys: each key's head codes, then each key's
+// head parameter blocks; 16-byte aligned sizes.
+struct KvStage {
+  int code_bytes = 0;   // per key: head_dim · bits / 8
+  int groups = 0;       // per key: head_dim / group
+  __host__ __device__ KvStage(const KvRowCodec& c, int hd) : code_bytes(hd * c.bits / 8), groups(c.group > 0 ? hd / c.group : 0) {}
+  __host__ __device__ int codes_size(int keys) const { return (keys * code_bytes + 15) / 16 * 16; }
+  __host__ __device__ int bytes(int keys) const { return codes_size(keys) + (keys * groups * 4 + 15) / 16 * 16; }
+};
+
+// The async copies of `keys` rows' head [head_offset, + hd) (rows[key] < 0: none) into
+// `stage`, by the warp's lanes; the caller commits and waits.
+__device__ __forceinline__ void stage_tile(const void* base, const KvRowCodec& c, int64_t row_bytes, int64_t width,
+                                           const int64_t* rows, int keys, int64_t head_offset, int hd, uint8_t* stage,
+                                           int lane) {
+  const KvStage s(c, hd);
+  const int unit = 2 * c.bits, pieces = s.code_bytes / unit;
+  const uint8_t* b = static_cast<const uint8_t*>(base);
+  for (int i = lane; i < keys * pieces; i += 32) {
+    const int key = i / pieces, part = i % pieces;
+    if (rows[key] >= 0)
+      copy_async(stage + key * s.code_bytes + part * unit, b + rows[key] * row_bytes + head_offset * c.bits / 8 + part * unit,
+                 unit);
+  }
+  uint8_t* params = stage + s.codes_size(keys);
+  const int64_t param_region = static_cast<int64_t>(c.code_bytes(width)) + head_offset / c.group * 4;
+  for (int i = lane; i < keys * s.groups; i += 32) {
+    const int key = i / s.groups, g = i % s.groups;
+    if (rows[key] >= 0) copy_async(params + i * 4, b + rows[key] * row_bytes + param_region + g * 4, 4);
+  }
+}
+
+// A staged tile decoded into f16 rows `stride` halves apart (zeros where rows[key] < 0):
+// the same pieces, so the same bits, as read_kv_pieces gives.
+__device__ __forceinline__ void decode_staged(const KvRowCodec& c, const uint8_t* stage, const int64_t* rows, int keys,
+                                              int hd, int stride, __half* tile, int lane) {
+  const KvStage s(c, hd);
+  const int per_row = hd / 16, unit = 2 * c.bits;
+  const uint8_t* params = stage + s.codes_size(keys);
+  for (int i = lane; i < keys * per_row; i += 32) {
+    const int key = i / per_row, part = i % per_row;
+    const bool real = rows[key] >= 0;
+    KvPiece piece{{0, 0, 0, 0}, 0};
+    if (real) {
+      const uint8_t* codes = stage + key * s.code_bytes + part * unit;
+      if (unit == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(codes);
+        piece.words[0] = v.x, piece.words[1] = v.y, piece.words[2] = v.z, piece.words[3] = v.w;
+      } else if (unit == 8) {
+        const uint2 v = *reinterpret_cast<const uint2*>(codes);
+        piece.words[0] = v.x, piece.words[1] = v.y;
+      } else {
+        piece.words[0] = *reinterpret_cast<const uint32_t*>(codes);
+      }
+      piece.param = *reinterpret_cast<const uint32_t*>(params + (key * s.groups + part * 16 / c.group) * 4);
+    }
+    store_piece(c, piece, real, tile + key * stride + part * 16);
   }
 }
 

@@ -23,6 +23,17 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global));
 }
 
+// `bytes` (4, 8 or 16; both addresses aligned to it) copied asynchronously.
+__device__ __forceinline__ void copy_async(void* smem, const void* global, int bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if (bytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global));
+  else if (bytes == 8)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(global));
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(global));
+}
+
 // Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void copies_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
