@@ -29,6 +29,8 @@
 #include "model/memory_plan.h"
 #include "model/model_fingerprint.h"
 #include "model/model_runner.h"
+#include "server/engine_proxy.h"
+#include "server/engine_supervisor.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -46,7 +48,7 @@ extern "C" void on_signal(int signal) {
 
 // Routes SIGINT and SIGTERM into the pipe; returns the signal read from it (blocking).
 void install_signal_pipe() {
-  if (pipe(g_signal_pipe) != 0) fail(ErrorCategory::kInternal, "serve: cannot create the signal pipe");
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) fail(ErrorCategory::kInternal, "serve: cannot create the signal pipe");
   fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
   struct sigaction action {};
   action.sa_handler = on_signal;
@@ -98,6 +100,8 @@ struct ServeFlags {
   double ssd_demote_idle = 300.0;
   double shutdown_seconds = 120.0;
   int64_t generation_checkpoint = 0;
+  std::string unix_socket;  // listen here instead of host:port
+  bool isolate = false;     // the engine in a child process (run_isolated)
 };
 
 // Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
@@ -162,7 +166,80 @@ void write_cache_to_disk(Engine& engine, double timeout_seconds) {
             r.written, r.not_on_disk, r.queued, r.dropped, r.errors);
 }
 
+std::string listen_address(const ServeFlags& flags) {
+  return flags.unix_socket.empty() ? fmt::format("http://{}:{}", flags.host, flags.port) : "unix:" + flags.unix_socket;
+}
+
+// The engine child's command line: this one without --isolate and the parent's own --unix,
+// listening on `socket`, never opening a browser.
+std::vector<std::string> child_command_line(const std::string& socket) {
+  std::vector<std::string> args = {"kettle"};
+  const std::vector<std::string>& given = command_line();
+  for (size_t i = 0; i < given.size(); ++i) {
+    if (given[i] == "--isolate" || given[i].rfind("--unix=", 0) == 0) continue;
+    if (given[i] == "--unix") {
+      ++i;
+      continue;
+    }
+    args.push_back(given[i]);
+  }
+  if (std::find(args.begin(), args.end(), "--no-open") == args.end()) args.push_back("--no-open");
+  args.push_back("--unix");
+  args.push_back(socket);
+  return args;
+}
+
+// serve --isolate: this process binds the port and relays to an engine child it supervises;
+// it never loads the model or touches the GPU, so a fault there leaves it serving.
+int run_isolated(const ServeFlags& flags) {
+  install_signal_pipe();
+  std::signal(SIGPIPE, SIG_IGN);
+  for (const std::string& key : flags.api_keys)
+    if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
+  char dir_template[] = "/tmp/kettle-engine-XXXXXX";  // 0700: only this user reaches the child
+  const char* dir = mkdtemp(dir_template);
+  if (!dir) fail(ErrorCategory::kInternal, "serve --isolate: cannot make a directory for the engine socket in /tmp");
+  const std::string socket = std::string(dir) + "/engine.sock";
+  server::EngineSupervisor supervisor(child_command_line(socket), socket);
+  server::ProxyConfig config;
+  config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
+  config.http.max_connections = flags.max_connections;
+  config.workers = 2 * (flags.batch + flags.max_queue) + 16;  // the child's 429 and 503 come first
+  server::EngineProxy proxy(config, supervisor);
+  if (!flags.unix_socket.empty())
+    proxy.bind_unix(flags.unix_socket);
+  else
+    proxy.bind(flags.host, flags.port);
+  if (flags.unix_socket.empty() && flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
+    log::warn("serve: listening on {} without an API key: anyone who can reach this address can use the model "
+              "(set --api-key or KETTLE_API_KEY)", flags.host);
+  supervisor.start();
+  std::thread signal_thread([&] {
+    int signal = wait_for_signal();
+    if (signal == 0) return;
+    // The child drains its requests (--drain-timeout) and writes its disk tier (--shutdown-timeout).
+    const double child_seconds = flags.drain_seconds + (flags.ssd_cache.empty() ? 0.0 : flags.shutdown_seconds) + 10.0;
+    log::info("{}: stopping the engine child (it finishes in-flight requests, up to {:.1f} s), then exiting",
+              signal == SIGINT ? "SIGINT" : "SIGTERM", flags.drain_seconds);
+    proxy.shutdown(child_seconds);
+  });
+  const std::string base = listen_address(flags);
+  std::printf("kettle serving %s in an engine child process (--isolate)\n  chat page:     %s/\n  OpenAI API:    %s/v1\n"
+              "  Anthropic API: %s/v1/messages\n  engine state:  %s/engine\n",
+              model_or_default(flags.model).c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str());
+  std::fflush(stdout);
+  if (!flags.no_open && flags.unix_socket.empty()) open_browser(base + "/");
+  proxy.listen();
+  if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);
+  signal_thread.join();
+  supervisor.stop(5);
+  std::filesystem::remove_all(dir);
+  log::info("server stopped");
+  return 0;
+}
+
 int run_serve(const ServeFlags& flags) {
+  if (flags.isolate) return run_isolated(flags);
   install_signal_pipe();
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -229,8 +306,11 @@ int run_serve(const ServeFlags& flags) {
   config.flush_timeout_seconds = flags.shutdown_seconds;
   Engine engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
-  http.bind(flags.host, flags.port);
-  if (flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
+  if (!flags.unix_socket.empty())
+    http.bind_unix(flags.unix_socket);
+  else
+    http.bind(flags.host, flags.port);
+  if (flags.unix_socket.empty() && flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
     log::warn("serve: listening on {} without an API key: anyone who can reach this address can use the model "
               "(set --api-key or KETTLE_API_KEY)", flags.host);
 
@@ -241,7 +321,7 @@ int run_serve(const ServeFlags& flags) {
               flags.drain_seconds);
     http.shutdown(flags.drain_seconds);
   });
-  const std::string base = fmt::format("http://{}:{}", flags.host, flags.port);
+  const std::string base = listen_address(flags);
   if (model.embedding)
     std::printf("kettle serving %s (%s), an embedding model (%s pooling)\n  embeddings:    %s/v1/embeddings\n",
                 config.model_id.c_str(), folder.c_str(), pooling_name(model.embedding->pooling), base.c_str());
@@ -249,7 +329,7 @@ int run_serve(const ServeFlags& flags) {
     std::printf("kettle serving %s (%s)\n  chat page:     %s/\n  OpenAI API:    %s/v1\n  Anthropic API: %s/v1/messages\n",
                 config.model_id.c_str(), folder.c_str(), base.c_str(), base.c_str(), base.c_str());
   std::fflush(stdout);
-  if (!flags.no_open) open_browser(base + "/");
+  if (!flags.no_open && flags.unix_socket.empty()) open_browser(base + "/");
   http.listen();
   if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);  // wakes the watcher when listen ended on its own
   signal_thread.join();
@@ -265,6 +345,12 @@ Action register_serve(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   app.add_option("model", f->model, "Hugging Face model folder (default: the bundled demo model)");
   app.add_option("--host", f->host, "address to listen on")->capture_default_str();
+  app.add_option("--unix", f->unix_socket,
+                 "listen on a unix socket at this path instead of --host/--port (its file permissions say who may "
+                 "connect; its clients count as loopback)");
+  app.add_flag("--isolate", f->isolate,
+               "run the engine in a child process that is restarted when it dies (a GPU fault cannot take the server "
+               "down); GET /engine shows its state");
   app.add_option("--port", f->port, "TCP port")->check(CLI::Range(1, 65535))->capture_default_str();
   app.add_option("--max-tokens", f->max_tokens,
                  "tokens generated when a request gives no max_tokens (0: until EOS or the context, as the KV budget allows)")

@@ -19,6 +19,7 @@
 
 #include "build_info.h"  // generated at configure time (cmake/build_info.h.in)
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "util/error.h"
 
 namespace {
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
   CLI::App* serve = app.get_subcommand("serve");
 
   std::vector<std::string> args = with_default_command(argc, argv, app);
+  kettle::cli::set_command_line(args);
   std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   try {
     app.parse(args);

@@ -48,6 +48,16 @@ nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars)
   return out;
 }
 
+namespace {
+std::vector<std::string>& stored_command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+void set_command_line(std::vector<std::string> args) { stored_command_line() = std::move(args); }
+const std::vector<std::string>& command_line() { return stored_command_line(); }
+
 std::string default_model_dir() { return KETTLE_DEFAULT_MODEL; }
 
 std::string model_or_default(const std::string& model) {

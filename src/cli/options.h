@@ -28,6 +28,11 @@ nlohmann::ordered_json parse_template_vars(const std::vector<std::string>& vars)
 
 // The model used when a command is given none: the bundled demo model.
 std::string default_model_dir();
+
+// The command line as parsed (after argv[0], with the default command inserted): what
+// `serve --isolate` starts its engine child with.
+void set_command_line(std::vector<std::string> args);
+const std::vector<std::string>& command_line();
 // The folder `model` names (a folder, else a query of the local Hugging Face cache,
 // model/hf_cache.h) when given, else the default model (saying so on the terminal).
 std::string model_or_default(const std::string& model);

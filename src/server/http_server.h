@@ -64,6 +64,7 @@ class HttpServer {
 
   // Binds (throws kettle::Error naming host:port on failure); then listen() blocks until shutdown().
   void bind(const std::string& host, int port);
+  void bind_unix(const std::string& path) { events_.bind_unix(path); }
   int port() const { return events_.port(); }
   void listen();
   // Refuses new generations, waits up to drain_seconds for the in-flight ones,

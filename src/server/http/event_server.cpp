@@ -8,6 +8,8 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -33,6 +35,7 @@ double seconds_since(Clock::time_point t, Clock::time_point now) {
 }
 
 bool is_loopback(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_UNIX) return true;  // a unix socket's peers are on this machine
   if (addr.ss_family == AF_INET)
     return (ntohl(reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr.s_addr) >> 24) == 127;
   if (addr.ss_family == AF_INET6) {
@@ -44,6 +47,7 @@ bool is_loopback(const sockaddr_storage& addr) {
 }
 
 std::string address_text(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_UNIX) return "unix";
   char text[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET)
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
@@ -51,6 +55,22 @@ std::string address_text(const sockaddr_storage& addr) {
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
   return text;
 }
+
+}  // namespace
+
+// A request that came through a unix socket from a supervising parent (`serve --isolate`)
+// names the client the parent accepted; only there, so a TCP client cannot claim another
+// address. The parent always sets both headers, whatever its client sent.
+void forwarded_peer(Request& request) {
+  if (request.peer != "unix") return;
+  const std::string* peer = request.header(kForwardedPeer);
+  const std::string* loopback = request.header(kForwardedLoopback);
+  if (!peer || !loopback) return;
+  request.peer = *peer;
+  request.peer_loopback = *loopback == "1";
+}
+
+namespace {
 
 // As many descriptors as the hard limit allows: each connection holds one.
 int raise_descriptor_limit() {
@@ -88,17 +108,58 @@ EventServer::~EventServer() {
     ::close(c->fd);
   }
   if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
   if (spare_fd_ >= 0) ::close(spare_fd_);
   ::close(epoll_fd_);
 }
 
-void EventServer::bind(const std::string& host, int port) {
+void EventServer::fit_connections() {
   const int descriptors = raise_descriptor_limit();
   if (limits_.max_connections > descriptors - 64) {
     log::warn("serve: --max-connections {} lowered to {} (the process may open {} files)", limits_.max_connections,
               descriptors - 64, descriptors);
     limits_.max_connections = std::max(1, descriptors - 64);
   }
+}
+
+void EventServer::watch_listener() {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenId;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+}
+
+void EventServer::bind_unix(const std::string& path) {
+  fit_connections();
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path)
+    fail(ErrorCategory::kInvalidArgument, "serve: --unix {}: a socket path must be 1 to {} bytes", path,
+         sizeof addr.sun_path - 1);
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  // A socket left by a server that is gone is replaced; any other file is not touched.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) fail(ErrorCategory::kInvalidArgument, "serve: --unix {}: exists and is not a socket", path);
+    const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool live = probe >= 0 && ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    if (probe >= 0) ::close(probe);
+    if (live) fail(ErrorCategory::kInvalidArgument, "serve: --unix {}: another server is listening there", path);
+    ::unlink(path.c_str());
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, limits_.backlog) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    fail(ErrorCategory::kInvalidArgument, "serve: cannot listen on unix socket {} ({})", path, why);
+  }
+  listen_fd_ = fd;
+  unix_path_ = path;
+  watch_listener();
+}
+
+void EventServer::bind(const std::string& host, int port) {
+  fit_connections();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -131,10 +192,7 @@ void EventServer::bind(const std::string& host, int port) {
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenId;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  watch_listener();
 }
 
 ServerCounters EventServer::counters() const { return {open_.load(), accepted_.load(), refused_.load(), timed_out_.load()}; }
@@ -230,7 +288,7 @@ void EventServer::accept_all() {
       continue;
     }
     const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (addr.ss_family != AF_UNIX) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto c = std::make_shared<Connection>(next_id_++, fd, address_text(addr), is_loopback(addr), limits_.parse);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -330,6 +388,7 @@ void EventServer::dispatch(const std::shared_ptr<Connection>& c) {
   c->continue_sent = false;
   request.peer = c->peer;
   request.peer_loopback = c->loopback;
+  forwarded_peer(request);
   // A client that sent its request and then shut its sending side wants the reply: look for
   // that end-of-stream now, before watching for hang-ups means "gone".
   char probe = 0;

@@ -21,6 +21,11 @@
 
 namespace kettle::server::http {
 
+// The headers a supervising parent names its client by on a unix socket (forwarded_peer).
+inline constexpr const char* kForwardedPeer = "x-kettle-peer";
+inline constexpr const char* kForwardedLoopback = "x-kettle-peer-loopback";
+void forwarded_peer(Request& request);
+
 struct ServerLimits {
   ParseLimits parse;
   double idle_seconds = 10.0;     // a kept-alive connection with no request in progress
@@ -49,6 +54,10 @@ class EventServer {
 
   // Listens on host:port (port 0: any free one); throws kettle::Error naming them.
   void bind(const std::string& host, int port);
+  // Listens on a unix socket at path instead (a stale socket file there is replaced; one a
+  // server still answers on, or any other file, is an error); the file goes when the server does.
+  // Its peers count as loopback clients: the file's permissions say who may connect.
+  void bind_unix(const std::string& path);
   int port() const { return port_; }
   // Runs the loop on the calling thread until stop().
   void run();
@@ -59,6 +68,8 @@ class EventServer {
   ServerCounters counters() const;
 
  private:
+  void fit_connections();  // --max-connections within the descriptors the process may open
+  void watch_listener();
   void accept_all();
   void refuse(int fd);
   void on_event(const std::shared_ptr<Connection>& c, uint32_t events);
@@ -81,6 +92,7 @@ class EventServer {
   int listen_fd_ = -1;
   int spare_fd_ = -1;  // given up to accept-and-close when the process is out of descriptors
   int port_ = 0;
+  std::string unix_path_;
   std::shared_ptr<Waker> waker_;
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   uint64_t next_id_ = 16;

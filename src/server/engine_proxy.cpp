@@ -1,0 +1,189 @@
+#include "server/engine_proxy.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "server/anthropic_protocol.h"
+#include "server/http/upstream.h"
+#include "server/openai_protocol.h"
+#include "util/log.h"
+
+namespace kettle::server {
+namespace {
+
+constexpr double kNoTimeout = 1e9;  // a whole response comes when its generation ends; the client's leaving ends the wait
+
+http::Response json_reply(int status, std::string body) { return http::Response(status, "application/json", std::move(body)); }
+
+ApiError engine_unavailable(int status, const std::string& why) { return ApiError(status, why, "", "engine_unavailable"); }
+
+http::Response error_reply(const ApiError& e, const std::string& path) {
+  http::Response r = json_reply(e.status(), path == "/v1/messages" ? anthropic_error_body(e) : openai_error_body(e));
+  if (e.status() == 503) r.set_header("Retry-After", "5");
+  return r;
+}
+
+// The "sequence_number" of the last Responses API event seen in a stream (-1: none).
+void note_sequence(const std::string& piece, int64_t& last) {
+  constexpr std::string_view kKey = "\"sequence_number\":";
+  for (size_t at = piece.find(kKey); at != std::string::npos; at = piece.find(kKey, at + 1)) {
+    size_t from = at + kKey.size();
+    while (from < piece.size() && piece[from] == ' ') ++from;
+    if (from < piece.size() && piece[from] >= '0' && piece[from] <= '9')
+      last = std::max<int64_t>(last, std::strtoll(piece.c_str() + from, nullptr, 10));
+  }
+}
+
+// The error event that ends a stream the engine stopped answering, in the shape of its API.
+std::string stream_error_event(const std::string& path, const ApiError& e, int64_t last_sequence) {
+  if (path == "/v1/messages") return fmt::format("event: error\ndata: {}\n\n", anthropic_error_body(e));
+  if (path == "/v1/responses") {
+    const nlohmann::json event = {{"type", "error"}, {"code", e.code()}, {"message", e.what()},
+                                  {"param", nullptr}, {"sequence_number", last_sequence + 1}};
+    return fmt::format("event: error\ndata: {}\n\n", event.dump());
+  }
+  return fmt::format("data: {}\n\n", openai_error_body(e));
+}
+
+bool is_event_stream(const http::Response& head) {
+  const std::string* type = head.header("content-type");
+  return type && type->rfind("text/event-stream", 0) == 0;
+}
+
+}  // namespace
+
+EngineProxy::EngineProxy(ProxyConfig config, EngineSupervisor& supervisor)
+    : config_(std::move(config)),
+      supervisor_(supervisor),
+      access_(config_.access),
+      events_(
+          config_.http, [this](std::shared_ptr<http::Exchange> exchange) { route(exchange); },
+          [](int status, const std::string& message) { return openai_error_body(ApiError(status, message)); }),
+      workers_(config_.workers) {}
+
+EngineProxy::~EngineProxy() = default;
+
+void EngineProxy::route(const std::shared_ptr<http::Exchange>& exchange) {
+  http::Exchange& ex = *exchange;
+  const http::Request& req = ex.request();
+  if (req.path == "/health" && (req.method == "GET" || req.method == "HEAD")) return answer_health(ex);
+  if (req.path == "/engine" && (req.method == "GET" || req.method == "HEAD")) return answer_engine(ex);
+  if (draining_) return ex.reply(error_reply(engine_unavailable(503, "the server is shutting down"), req.path));
+  {
+    std::lock_guard lock(active_mutex_);
+    ++active_;
+  }
+  std::shared_ptr<http::Exchange> held = exchange;
+  const bool started = workers_.try_run([this, held] {
+    try {
+      relay(*held);
+    } catch (const std::exception& e) {
+      held->reply(error_reply(ApiError(500, e.what()), held->request().path));
+    }
+    std::lock_guard lock(active_mutex_);
+    --active_;
+    active_changed_.notify_all();
+  });
+  if (!started) {
+    {
+      std::lock_guard lock(active_mutex_);
+      --active_;
+    }
+    ex.reply(error_reply(ApiError(503, "the server is busy: every request thread is taken; retry shortly"), req.path));
+  }
+}
+
+void EngineProxy::answer_health(http::Exchange& ex) {
+  const EngineStatus s = supervisor_.status();
+  const bool ok = s.state == EngineState::kReady && !draining_;
+  const char* status = draining_                            ? "draining"
+                       : s.state == EngineState::kReady    ? "ok"
+                       : s.state == EngineState::kStarting ? "loading"
+                                                           : engine_state_name(s.state);
+  ex.reply(json_reply(ok ? 200 : 503, fmt::format(R"({{"status":"{}","engine":{}}})", status, s.json())));
+}
+
+void EngineProxy::answer_engine(http::Exchange& ex) {
+  try {
+    access_.check_site(ex.request());
+    access_.authenticate(ex.request());
+  } catch (const ApiError& e) {
+    http::Response r = error_reply(e, "/engine");
+    if (e.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
+    return ex.reply(std::move(r));
+  }
+  ex.reply(json_reply(200, supervisor_.status().json()));
+}
+
+void EngineProxy::relay(http::Exchange& ex) {
+  const http::Request& req = ex.request();
+  const auto gone = [&ex] { return ex.client_gone(); };
+  const bool retryable = (req.method == "GET" || req.method == "HEAD") && req.body.empty();
+  const std::string bytes = http::Upstream::serialize(req);
+  for (int attempt = 0;; ++attempt) {
+    if (!supervisor_.wait_ready(config_.ready_wait_seconds, gone)) {
+      const EngineStatus s = supervisor_.status();
+      return ex.reply(error_reply(
+          engine_unavailable(503, fmt::format("the engine is {}{}", engine_state_name(s.state),
+                                              s.last_exit.empty() ? "" : fmt::format(" (its last child: {})", s.last_exit))),
+          req.path));
+    }
+    std::string why;
+    std::unique_ptr<http::Upstream> up = http::Upstream::connect(supervisor_.socket(), why);
+    http::Response head;
+    if (up && up->send(bytes) && up->read_head(head, kNoTimeout, gone, req.method == "HEAD")) {
+      if (up->sized() || req.method == "HEAD") {
+        bool done = false;
+        std::string piece;
+        while (!done) {
+          if (!up->read_body(piece, done, gone))
+            return ex.reply(error_reply(engine_unavailable(502, "the engine stopped while answering"), req.path));
+          head.body += piece;
+        }
+        return ex.reply(std::move(head));
+      }
+      const bool events = is_event_stream(head);
+      ex.start_stream(std::move(head));
+      int64_t last_sequence = -1;
+      for (;;) {
+        bool done = false;
+        std::string piece;
+        if (!up->read_body(piece, done, gone)) {
+          if (gone()) return;  // the upstream connection closes here: the child cancels the generation
+          if (events)
+            ex.write(stream_error_event(req.path, engine_unavailable(502, "the engine stopped while answering"),
+                                        last_sequence));
+          if (events) ex.finish();
+          return;  // a stream that is not events is cut (the exchange closes the connection)
+        }
+        if (events && req.path == "/v1/responses") note_sequence(piece, last_sequence);
+        if (!piece.empty() && !ex.write(piece)) return;
+        if (done) return ex.finish();
+      }
+    }
+    if (gone()) return;
+    if (!retryable || attempt > 0)
+      return ex.reply(error_reply(engine_unavailable(502, up ? "the engine stopped before answering"
+                                                             : fmt::format("the engine cannot be reached ({})", why)),
+                                  req.path));
+    log::warn("engine: {} {} got no answer; trying once more", req.method, req.path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the supervisor sees a dead child within 100 ms
+  }
+}
+
+void EngineProxy::shutdown(double child_seconds) {
+  draining_ = true;
+  events_.drain();
+  supervisor_.stop(child_seconds);  // the child drains its own requests, then exits
+  {
+    std::unique_lock lock(active_mutex_);
+    active_changed_.wait_for(lock, std::chrono::seconds(5), [&] { return active_ == 0; });
+  }
+  events_.stop();
+}
+
+}  // namespace kettle::server
