@@ -26,7 +26,7 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd tests && npm ci --no-audit --no-fund --loglevel=error
-	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test e2e/
+	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle KETTLE_EVALS_DB=$(abspath $(BUILD))/test-evals.sqlite node --test e2e/
 	cd tests && KETTLE_BIN=$(abspath $(BUILD))/kettle node --test browser/
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(BUILD)
 

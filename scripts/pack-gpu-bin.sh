@@ -14,7 +14,7 @@ stage=$(mktemp -d); mkdir -p "$stage/bin" "$stage/lib"
 for b in $bins; do cp "$build/$b" "$stage/bin/"; done
 strip --strip-unneeded "$stage"/bin/*
 for lib in libicuuc.so.72 libicui18n.so.72 libicudata.so.72 libfmt.so.9 libpcre2-8.so.0 \
-           libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+           libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 libsqlite3.so.0; do
   path=$(ldd "$build/kettle" | awk -v l="$lib" '$1 == l { print $3 }')
   [ -n "$path" ] && cp -L "$path" "$stage/lib/"
 done

@@ -54,7 +54,7 @@ DecodeRun decode_run(EngineCore& core, const SpeculationBench& b, int batch, boo
 
 }  // namespace
 
-int run_speculation_bench(EngineCore& core, const SpeculationBench& b) {
+nlohmann::json run_speculation_bench(EngineCore& core, const SpeculationBench& b) {
   decode_run(core, b, b.batches.front(), true);  // warm-up: first launches, the draft's caches
   nlohmann::json rows = nlohmann::json::array();
   if (!b.json)
@@ -91,16 +91,14 @@ int run_speculation_bench(EngineCore& core, const SpeculationBench& b) {
                   b.backend.c_str(), b.draft.c_str(), batch, p.mean, p.sd, d.mean, d.sd, d.mean / p.mean,
                   100.0 * acceptance, per_step);
   }
-  if (b.json)
-    std::printf("%s\n", nlohmann::json({{"model", b.model},
-                                        {"backend", b.backend},
-                                        {"draft", b.draft},
-                                        {"prompt_tokens", b.prompt.size()},
-                                        {"gen_tokens", b.gen_tokens},
-                                        {"speculation", rows}})
-                            .dump()
-                            .c_str());
-  return 0;
+  const nlohmann::json results = {{"model", b.model},
+                                   {"backend", b.backend},
+                                   {"draft", b.draft},
+                                   {"prompt_tokens", b.prompt.size()},
+                                   {"gen_tokens", b.gen_tokens},
+                                   {"speculation", rows}};
+  if (b.json) std::printf("%s\n", results.dump().c_str());
+  return results;
 }
 
 }  // namespace kettle::cli

@@ -4,6 +4,8 @@
 // drafted tokens accepted and the tokens each sequence gets per target step.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@ struct SpeculationBench {
 };
 
 // `core` was made with a drafter (EngineOptions::speculation) and room for the largest batch.
-int run_speculation_bench(EngineCore& core, const SpeculationBench& bench);
+// Prints the table (or the JSON) and returns the results as --json gives them.
+nlohmann::json run_speculation_bench(EngineCore& core, const SpeculationBench& bench);
 
 }  // namespace kettle::cli

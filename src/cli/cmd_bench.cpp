@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "cli/bench_common.h"
 #include "cli/bench_speculation.h"
+#include "cli/eval_history.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/engine_core.h"
@@ -50,6 +51,8 @@ struct BenchFlags {
   int repetitions = 3;
   int64_t depth = 0;  // --depth: positions already in the KV cache when pp and tg start (llama-bench -d)
   bool json = false;
+  std::string evals_db;    // empty: EvalHistory::default_path()
+  bool no_record = false;
   std::vector<int> parallel;  // --parallel: llama-batched-bench's -npl (B sequences at once)
   int64_t prefill_chunk = 2048;
   std::string json_schema;  // --json-schema: a constrained run beside each --parallel row
@@ -165,7 +168,7 @@ std::shared_ptr<grammar::Constraint> bench_constraint(const BenchFlags& f, const
   return std::make_shared<grammar::Constraint>(grammar::parse_gbnf(gbnf), std::move(vocabulary), "--json-schema");
 }
 
-int run_batched(const BenchFlags& f, EngineCore& core, const Model& model, const std::string& backend) {
+nlohmann::json run_batched(const BenchFlags& f, EngineCore& core, const Model& model, const std::string& backend) {
   const std::string& source = model.source;
   const std::shared_ptr<grammar::Constraint> constraint = bench_constraint(f, model);
   batched_run(core, f.parallel.front(), std::min(f.prompt_tokens, 16), 4);  // warm-up
@@ -207,10 +210,10 @@ int run_batched(const BenchFlags& f, EngineCore& core, const Model& model, const
       std::printf("| %s | %s | %d | %d | %d | %.1f | %.1f ± %.1f | %.1f |\n", source.c_str(), backend.c_str(), f.prompt_tokens,
                   f.gen_tokens, batch, p.mean, g.mean, g.sd, a.mean);
   }
-  if (f.json)
-    std::printf("%s\n", nlohmann::json({{"model", source}, {"backend", backend}, {"prompt_tokens", f.prompt_tokens},
-                                        {"gen_tokens", f.gen_tokens}, {"batched", rows}}).dump().c_str());
-  return 0;
+  const nlohmann::json results = {{"model", source}, {"backend", backend}, {"prompt_tokens", f.prompt_tokens},
+                                   {"gen_tokens", f.gen_tokens}, {"batched", rows}};
+  if (f.json) std::printf("%s\n", results.dump().c_str());
+  return results;
 }
 
 // The --draft-kind test: the prompt of --prompt-file (the model's tokenizer, or --tokenizer) or
@@ -299,8 +302,14 @@ int run_bench(const BenchFlags& f) {
   EngineCore core(model, nullptr, backend_pointers(backends), options);
   ModelRunner& runner = core.runner();
   if (!backend->host_memory()) log::info("weights resident on {} in {:.0f} ms", backend->name(), upload_timer.millis());
-  if (speculation.on()) return run_speculation_bench(core, speculation_bench(f, speculation, model, backend->name()));
-  if (!f.parallel.empty()) return run_batched(f, core, model, backend->name());
+  const auto record = [&](const nlohmann::json& results) {
+    const std::string device = backend->host_memory() ? fmt::format("{}, {} threads", backend->name(), threads)
+                                                      : backend->name();
+    if (!f.no_record) record_bench_run(f.evals_db, "bench", model.source, device, results);
+    return 0;
+  };
+  if (speculation.on()) return record(run_speculation_bench(core, speculation_bench(f, speculation, model, backend->name())));
+  if (!f.parallel.empty()) return record(run_batched(f, core, model, backend->name()));
   if (!f.json_schema.empty()) fail(ErrorCategory::kInvalidArgument, "bench: --json-schema applies to --parallel");
   HostBuffer<float> logits(static_cast<size_t>(model.spec.vocab_size));
   auto prompt = bench_tokens(f.prompt_tokens, model.spec.vocab_size);
@@ -320,13 +329,14 @@ int run_bench(const BenchFlags& f) {
     tg.push_back(decode_tps(runner, f.gen_tokens, deep()));
   }
   Stat p = stat_of(pp), g = stat_of(tg);
+  nlohmann::json record_table_later;  // the results --json prints, recorded after the table
   // What a decode step reads of the weights (a MoE layer: its chosen experts' share).
   const double gbps = g.mean * static_cast<double>(model.decode_bytes_per_token()) / 1e9;
   // A decode step at depth also reads the cache: its bytes at the test's mean position.
   const size_t kv_at_depth = kv_bytes_at(core.pool(), f.depth);
   const double kv_gbps = g.mean * static_cast<double>(kv_bytes_at(core.pool(), f.depth + f.gen_tokens / 2)) / 1e9;
   const double rss = peak_rss_gib();
-  if (f.json) {
+  {
     nlohmann::json out = {{"model", model.source},       {"backend", backend->name()},
                           {"threads", threads},          {"weight_bytes", model.weight_bytes()},
                           {"decode_bytes_per_token", model.decode_bytes_per_token()},
@@ -339,8 +349,11 @@ int run_bench(const BenchFlags& f) {
                           {"decode_weight_gb_per_second", gbps}, {"peak_rss_gib", rss},
                           {"copy_gb_per_second", copy_gbps},
                           {"decode_fraction_of_copy", copy_gbps > 0 ? gbps / copy_gbps : 0.0}};
-    std::printf("%s\n", out.dump().c_str());
-    return 0;
+    if (f.json) {
+      std::printf("%s\n", out.dump().c_str());
+      return record(out);
+    }
+    record_table_later = std::move(out);
   }
   const std::string at = f.depth > 0 ? fmt::format(" @ d{}", f.depth) : "";
   std::printf("| model | backend | threads | test | tok/s | weight GB/s | KV GB/s |\n|---|---|---|---|---|---|---|\n");
@@ -352,7 +365,8 @@ int run_bench(const BenchFlags& f) {
     std::printf("copy ceiling (device-to-device, read + write): %.1f GB/s; decode streams %.1f %% of it\n", copy_gbps,
                 100.0 * gbps / copy_gbps);
   std::printf("peak memory (RSS): %.2f GiB\n", rss);
-  return 0;
+  std::fflush(stdout);
+  return record(record_table_later);
 }
 
 }  // namespace
@@ -372,6 +386,9 @@ Action register_bench(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
       ->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object instead of the table");
+  app.add_option("--evals-db", f->evals_db, "record the run in this eval history database (default: $KETTLE_EVALS_DB, "
+                                            "else $XDG_DATA_HOME/kettle/evals.sqlite; `kettle evals` shows them)");
+  app.add_flag("--no-record", f->no_record, "do not record the run in the eval history");
   app.add_option("--parallel", f->parallel,
                  "batched test (llama-batched-bench's -npl): for each B, B sequences prefill -p tokens each, then "
                  "decode -g tokens each together")
@@ -394,7 +411,9 @@ Action register_bench(CLI::App& app) {
                  "--draft-kind's test: its prompt as a text file (default: -p synthetic ids)");
   app.add_option("--temp", f->temperature, "--draft-kind's test: sample at this temperature (default 0: greedy)")
       ->check(CLI::Range(0.0f, 10.0f));
-  return [f] { return run_bench(*f); };
+  CLI::App* serve = app.add_subcommand("serve", "a load test against a running server: TTFT, latency, aggregate tok/s");
+  Action serve_action = register_bench_serve(*serve);
+  return [f, serve, serve_action] { return serve->parsed() ? serve_action() : run_bench(*f); };
 }
 
 }  // namespace kettle::cli

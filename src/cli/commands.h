@@ -19,5 +19,7 @@ Action register_serve(CLI::App& app);       // cmd_serve.cpp
 Action register_fit(CLI::App& app);         // cmd_fit.cpp
 Action register_embed(CLI::App& app);       // cmd_embed.cpp
 Action register_convert(CLI::App& app);     // cmd_convert.cpp
+Action register_evals(CLI::App& app);       // cmd_evals.cpp
+Action register_bench_serve(CLI::App& app); // cmd_bench_serve.cpp (bench's `serve` subcommand)
 
 }  // namespace kettle::cli

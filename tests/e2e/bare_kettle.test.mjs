@@ -8,6 +8,9 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 
+// Benches record into the eval history: a test's go to a file of its own, not the user's.
+process.env.KETTLE_EVALS_DB ??= `${process.env.TMPDIR ?? '/tmp'}/kettle-test-evals-${process.pid}.sqlite`;
+
 const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const kettle = process.env.KETTLE_BIN ?? resolve(testsDir, '../build/kettle');
 const base = 'http://127.0.0.1:8080';

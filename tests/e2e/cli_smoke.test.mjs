@@ -8,6 +8,9 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
+// Benches record into the eval history: a test's go to a file of its own, not the user's.
+process.env.KETTLE_EVALS_DB ??= `${process.env.TMPDIR ?? '/tmp'}/kettle-test-evals-${process.pid}.sqlite`;
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 const kettle = process.env.KETTLE_BIN ?? path.join(here, '..', '..', 'build', 'kettle');
 const goldens = path.join(here, '..', 'data', 'goldens');

@@ -5,6 +5,9 @@ import { createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+// Benches record into the eval history: a test's go to a file of its own, not the user's.
+process.env.KETTLE_EVALS_DB ??= `${process.env.TMPDIR ?? '/tmp'}/kettle-test-evals-${process.pid}.sqlite`;
+
 const testsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const kettle = process.env.KETTLE_BIN ?? resolve(testsDir, '../build/kettle');
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

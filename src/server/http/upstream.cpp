@@ -1,5 +1,8 @@
 #include "server/http/upstream.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -54,6 +57,32 @@ std::unique_ptr<Upstream> Upstream::connect(const std::string& path, std::string
     if (fd >= 0) ::close(fd);
     return nullptr;
   }
+  return std::unique_ptr<Upstream>(new Upstream(fd));
+}
+
+std::unique_ptr<Upstream> Upstream::connect_tcp(const std::string& host, int port, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    why = gai_strerror(rc);
+    return nullptr;
+  }
+  int fd = -1;
+  why = "no address";
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return nullptr;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return std::unique_ptr<Upstream>(new Upstream(fd));
 }
 

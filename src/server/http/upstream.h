@@ -1,6 +1,6 @@
 // Upstream: one HTTP/1.1 exchange with a server on a unix socket, as the
 // supervising parent of `serve --isolate` relays a client's request to its
-// engine child: the request written whole (Connection: close), the response's
+// engine child (or over TCP, as `kettle bench serve` loads a server): the request written whole (Connection: close), the response's
 // head read, then its body piece by piece as it arrives — Content-Length,
 // chunked, or until the connection closes. Every wait polls, so a caller can
 // give up (its client left) within 100 ms; heads are bounded (64 KB).
@@ -20,6 +20,8 @@ class Upstream {
 
   // Connects to the unix socket at path; nullptr (and why) when nothing accepts there.
   static std::unique_ptr<Upstream> connect(const std::string& path, std::string& why);
+  // Connects to host:port over TCP (`kettle bench serve`'s client); nullptr and why on failure.
+  static std::unique_ptr<Upstream> connect_tcp(const std::string& host, int port, std::string& why);
   ~Upstream();
   Upstream(const Upstream&) = delete;
   Upstream& operator=(const Upstream&) = delete;
