@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   add("embed", "embeddings of texts with an embedding model (JSON Lines)", kettle::cli::register_embed);
   add("serve", "OpenAI-compatible HTTP server (the default command)", kettle::cli::register_serve);
   add("convert", "quantize a checkpoint into MLX's affine layout (-q)", kettle::cli::register_convert);
+  add("ls", "the local models (Hugging Face cache, --models-dir): size, quantization, context, fits", kettle::cli::register_ls);
+  add("gc", "superseded snapshots and unreferenced blobs in the Hugging Face cache (dry run unless --yes)",
+      kettle::cli::register_gc);
   add("evals", "the recorded bench runs (the eval history), newest first", kettle::cli::register_evals);
   add("fit", "will a model fit? weights, KV cache and working memory per device, longest context", kettle::cli::register_fit);
   CLI::App* serve = app.get_subcommand("serve");

@@ -83,4 +83,84 @@ std::string resolve_model(const std::string& query, const std::string& cache_dir
        names);
 }
 
+std::vector<CachedModel> list_models_dir(const std::string& dir) {
+  std::vector<CachedModel> out;
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "config.json", ec)) out.push_back({fs::path(dir).filename().string(), dir});
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory(ec) && fs::exists(entry.path() / "config.json", ec))
+      out.push_back({entry.path().filename().string(), entry.path().string()});
+  std::sort(out.begin(), out.end(), [](const CachedModel& a, const CachedModel& b) { return a.id < b.id; });
+  return out;
+}
+
+size_t weight_file_bytes(const std::string& folder) {
+  size_t bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec))
+    if (entry.path().extension() == ".safetensors") bytes += static_cast<size_t>(fs::file_size(entry.path(), ec));
+  return bytes;
+}
+
+namespace {
+
+// Bytes of the files under a folder (links not followed: a snapshot's files are links to blobs).
+size_t tree_bytes(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(p, ec))) return fs::is_regular_file(fs::symlink_status(p, ec)) ? fs::file_size(p, ec) : 0;
+  size_t bytes = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(p, ec))
+    if (fs::is_regular_file(entry.symlink_status(ec))) bytes += static_cast<size_t>(entry.file_size(ec));
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<Reclaimable> find_reclaimable(const std::string& cache_dir) {
+  std::vector<Reclaimable> out;
+  std::error_code ec;
+  std::vector<fs::path> repos;
+  for (const auto& entry : fs::directory_iterator(cache_dir, ec))
+    if (entry.path().filename().string().rfind("models--", 0) == 0 && entry.is_directory(ec)) repos.push_back(entry.path());
+  std::sort(repos.begin(), repos.end());
+  for (const fs::path& repo : repos) {
+    std::vector<std::string> referenced;  // the revisions refs/* name
+    for (const auto& ref : fs::recursive_directory_iterator(repo / "refs", ec)) {
+      std::ifstream in(ref.path());
+      std::string rev;
+      if (ref.is_regular_file(ec) && std::getline(in, rev)) referenced.push_back(rev);
+    }
+    std::vector<fs::path> kept_snapshots;
+    std::vector<fs::path> snapshots;
+    for (const auto& snap : fs::directory_iterator(repo / "snapshots", ec)) snapshots.push_back(snap.path());
+    std::sort(snapshots.begin(), snapshots.end());
+    for (const fs::path& snap : snapshots) {
+      const bool named = std::find(referenced.begin(), referenced.end(), snap.filename().string()) != referenced.end();
+      // A repo without refs (a model copied in by hand) keeps its snapshots.
+      if (named || referenced.empty())
+        kept_snapshots.push_back(snap);
+      else
+        out.push_back({snap.string(), 0, "superseded snapshot"});
+    }
+    std::vector<std::string> linked;  // blob names the kept snapshots link to
+    for (const fs::path& snap : kept_snapshots)
+      for (const auto& file : fs::recursive_directory_iterator(snap, ec))
+        if (file.is_symlink(ec)) linked.push_back(fs::read_symlink(file.path(), ec).filename().string());
+    std::vector<fs::path> blobs;
+    for (const auto& blob : fs::directory_iterator(repo / "blobs", ec)) blobs.push_back(blob.path());
+    std::sort(blobs.begin(), blobs.end());
+    for (const fs::path& blob : blobs) {
+      const std::string name = blob.filename().string();
+      if (name.size() > 11 && name.compare(name.size() - 11, 11, ".incomplete") == 0)
+        out.push_back({blob.string(), tree_bytes(blob), "unfinished download"});
+      else if (std::find(linked.begin(), linked.end(), name) == linked.end())
+        out.push_back({blob.string(), tree_bytes(blob), "unreferenced blob"});
+    }
+  }
+  // A superseded snapshot's own bytes are its links (its blobs are counted where unreferenced).
+  for (Reclaimable& r : out)
+    if (r.why == "superseded snapshot") r.bytes = tree_bytes(r.path);
+  return out;
+}
+
 }  // namespace kettle

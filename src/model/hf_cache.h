@@ -25,4 +25,20 @@ std::vector<CachedModel> list_cached_models(const std::string& cache_dir);
 // listing the candidates when the query is ambiguous.
 std::string resolve_model(const std::string& query, const std::string& cache_dir);
 
+// The models under a --models-dir: each folder (the dir itself or a child, one level) that
+// holds a config.json, named by its path relative to dir; sorted by id.
+std::vector<CachedModel> list_models_dir(const std::string& dir);
+
+// What `kettle gc` may remove from the hub cache: snapshots no ref names (superseded by a
+// newer revision), blobs no remaining snapshot links to, and unfinished downloads.
+struct Reclaimable {
+  std::string path;
+  size_t bytes = 0;
+  std::string why;  // "superseded snapshot", "unreferenced blob", "unfinished download"
+};
+std::vector<Reclaimable> find_reclaimable(const std::string& cache_dir);
+
+// Bytes of a model folder's weight files (*.safetensors, links followed).
+size_t weight_file_bytes(const std::string& folder);
+
 }  // namespace kettle

@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -56,5 +56,67 @@ test('kettle serve QUERY serves it under the name given', async () => {
     assert.deepEqual(models.data.map((m) => m.id), ['Kettle/Demo-Chat']);
   } finally {
     stopServer(server);
+  }
+});
+
+test('kettle ls lists the cache and --models-dir: architecture, parameters, bytes, context, fits', () => {
+  const ls = (...args) => JSON.parse(execFileSync(kettle, ['ls', '--json', ...args], { encoding: 'utf8', env }));
+  const all = ls('--models-dir', resolve(demo, '..'));
+  const byId = Object.fromEntries(all.models.map((m) => [m.id, m]));
+  assert.deepEqual(Object.keys(byId).sort(), ['Kettle/Demo-Chat', 'Kettle/Demo-Draft', 'kettle-demo', 'kettle-demo-draft']);
+  const config = JSON.parse(readFileSync(join(demo, 'config.json'), 'utf8'));
+  const weights = readdirSync(demo).filter((f) => f.endsWith('.safetensors')).reduce((n, f) => n + statSync(join(demo, f)).size, 0);
+  for (const id of ['Kettle/Demo-Chat', 'kettle-demo']) {
+    const m = byId[id];
+    assert.equal(m.arch, config.model_type);
+    assert.equal(m.context, config.max_position_embeddings);
+    assert.equal(m.bytes, weights);
+    assert.equal(m.quantization, null);
+    assert.equal(m.fits, true);
+    assert.equal(m.max_context, config.max_position_embeddings);
+  }
+  // The parameter count from the config's shapes, as transformers counts them (no biases in Llama).
+  const { hidden_size: h, intermediate_size: i, num_hidden_layers: l, num_attention_heads: nh,
+    num_key_value_heads: kv, head_dim: hd, vocab_size: v } = config;
+  const perLayer = h * nh * hd + 2 * h * kv * hd + nh * hd * h + 3 * h * i + 2 * h;
+  const expected = v * h + l * perLayer + h + (config.tie_word_embeddings ? 0 : v * h);
+  assert.ok(Math.abs(byId['kettle-demo'].parameters - expected) / expected < 0.01,
+    `${byId['kettle-demo'].parameters} vs ${expected}`);
+  // A query filters; the table names the device.
+  assert.deepEqual(ls('draft').models.map((m) => m.id), ['Kettle/Demo-Draft']);
+  const table = execFileSync(kettle, ['ls', 'chat'], { encoding: 'utf8', env });
+  assert.match(table, /\| Kettle\/Demo-Chat \| llama \| 14\.\dM \| - \| 28\.\d MB \| 2048 \| yes, 2048 positions \|/);
+  assert.match(table, /fits cpu/);
+});
+
+test('kettle gc: superseded snapshots and unreferenced blobs, listed in a dry run, removed with --yes', () => {
+  const hub = mkdtempSync(join(tmpdir(), 'kettle-gc-'));
+  try {
+    const repo = join(hub, 'models--Org--M');
+    for (const d of ['refs', 'blobs', 'snapshots/new', 'snapshots/old']) mkdirSync(join(repo, d), { recursive: true });
+    writeFileSync(join(repo, 'refs', 'main'), 'new');
+    writeFileSync(join(repo, 'blobs', 'aaa'), 'x'.repeat(1000));   // the current config
+    writeFileSync(join(repo, 'blobs', 'bbb'), 'y'.repeat(2000));   // only the old snapshot's
+    writeFileSync(join(repo, 'blobs', 'ccc.incomplete'), 'z'.repeat(300));
+    symlinkSync('../../blobs/aaa', join(repo, 'snapshots', 'new', 'config.json'));
+    symlinkSync('../../blobs/bbb', join(repo, 'snapshots', 'old', 'config.json'));
+    const gcEnv = { ...process.env, HF_HUB_CACHE: hub };
+    const dry = JSON.parse(execFileSync(kettle, ['gc', '--json'], { encoding: 'utf8', env: gcEnv }));
+    assert.equal(dry.removed, false);
+    const items = Object.fromEntries(dry.items.map((x) => [x.path.slice(repo.length + 1), x]));
+    assert.deepEqual(Object.keys(items).sort(), ['blobs/bbb', 'blobs/ccc.incomplete', 'snapshots/old']);
+    assert.equal(items['blobs/bbb'].why, 'unreferenced blob');
+    assert.equal(items['blobs/bbb'].bytes, 2000);
+    assert.equal(items['blobs/ccc.incomplete'].why, 'unfinished download');
+    assert.equal(items['snapshots/old'].why, 'superseded snapshot');
+    assert.ok(existsSync(join(repo, 'blobs', 'bbb')), 'a dry run removed something');
+    const text = execFileSync(kettle, ['gc'], { encoding: 'utf8', env: gcEnv });
+    assert.match(text, /dry run: 3 item\(s\).*run with --yes/);
+    execFileSync(kettle, ['gc', '--yes'], { encoding: 'utf8', env: gcEnv });
+    assert.deepEqual(readdirSync(join(repo, 'blobs')), ['aaa']);
+    assert.deepEqual(readdirSync(join(repo, 'snapshots')), ['new']);
+    assert.equal(readFileSync(join(repo, 'snapshots', 'new', 'config.json'), 'utf8'), 'x'.repeat(1000));
+  } finally {
+    rmSync(hub, { recursive: true, force: true });
   }
 });
