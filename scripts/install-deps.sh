@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
-  libgtest-dev libpcre2-dev libicu-dev libsqlite3-dev
+  libgtest-dev libpcre2-dev libicu-dev libsqlite3-dev libcurl4-openssl-dev
   chromium  # the browser test of the chat page (tests/browser/)
   clang libclang-rt-14-dev  # libFuzzer for the request-parser fuzz pass (tests/fuzz/)
 )

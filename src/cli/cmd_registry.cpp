@@ -1,4 +1,5 @@
-// The local model registry's commands: `kettle ls [query]` (every model in the
+// The local model registry's commands: `kettle get ORG/NAME` (hub_download.h),
+// `kettle ls [query]` (every model in the
 // Hugging Face hub cache and the --models-dir folders: id, architecture,
 // parameters, quantization, bytes, context, and whether it fits this device
 // as serve would load it) and `kettle gc` (superseded snapshots, unreferenced
@@ -12,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/hub_download.h"
 #include "cli/options.h"
 #include "engine/memory_policy.h"
 #include "kv/kv_pool.h"
@@ -162,7 +164,25 @@ int run_gc(const GcFlags& f) {
   return failed.empty() ? 0 : 1;
 }
 
+struct GetFlags {
+  HubGetOptions hub;
+};
+
+int run_get(GetFlags f) {
+  f.hub.cache_dir = hf_hub_cache_dir();
+  const std::string folder = hub_get(f.hub);
+  std::printf("%s\n", folder.c_str());
+  return 0;
+}
+
 }  // namespace
+
+Action register_get(CLI::App& app) {
+  auto f = std::make_shared<GetFlags>();
+  app.add_option("repo", f->hub.repo, "the model's id on the Hub (ORG/NAME)")->required();
+  app.add_option("--revision", f->hub.revision, "a branch, tag or commit")->capture_default_str();
+  return [f] { return run_get(*f); };
+}
 
 Action register_ls(CLI::App& app) {
   auto f = std::make_shared<LsFlags>();

@@ -22,6 +22,7 @@ Action register_convert(CLI::App& app);     // cmd_convert.cpp
 Action register_evals(CLI::App& app);       // cmd_evals.cpp
 Action register_bench_serve(CLI::App& app); // cmd_bench_serve.cpp (bench's `serve` subcommand)
 Action register_ls(CLI::App& app);          // cmd_registry.cpp
+Action register_get(CLI::App& app);         // cmd_registry.cpp
 Action register_gc(CLI::App& app);          // cmd_registry.cpp
 
 }  // namespace kettle::cli

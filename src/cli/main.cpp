@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
   add("embed", "embeddings of texts with an embedding model (JSON Lines)", kettle::cli::register_embed);
   add("serve", "OpenAI-compatible HTTP server (the default command)", kettle::cli::register_serve);
   add("convert", "quantize a checkpoint into MLX's affine layout (-q)", kettle::cli::register_convert);
+  add("get", "download a model from the Hugging Face Hub into the local cache (HF_ENDPOINT, HF_TOKEN)",
+      kettle::cli::register_get);
   add("ls", "the local models (Hugging Face cache, --models-dir): size, quantization, context, fits", kettle::cli::register_ls);
   add("gc", "superseded snapshots and unreferenced blobs in the Hugging Face cache (dry run unless --yes)",
       kettle::cli::register_gc);
