@@ -1,6 +1,7 @@
 #include "cli/hub_download.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <mutex>
 #include <vector>
 
 #include "util/digest.h"
@@ -33,9 +33,44 @@ struct HubFile {
   std::string sha256;  // LFS files only
 };
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+// libcurl, loaded when `get` first needs it (the rest of kettle never does): its functions
+// through dlsym, so the binary carries no link to it or its TLS stack.
+struct Curl {
+  CURLcode (*global_init)(long);
+  CURL* (*easy_init)();
+  CURLcode (*easy_setopt)(CURL*, CURLoption, ...);
+  CURLcode (*easy_perform)(CURL*);
+  CURLcode (*easy_getinfo)(CURL*, CURLINFO, ...);
+  void (*easy_cleanup)(CURL*);
+  const char* (*easy_strerror)(CURLcode);
+  curl_slist* (*slist_append)(curl_slist*, const char*);
+  void (*slist_free_all)(curl_slist*);
+};
+
+const Curl& curl_api() {
+  static const Curl api = [] {
+    void* lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      fail(ErrorCategory::kUnsupported, "get: libcurl is not installed (Debian: apt-get install libcurl4): {}", dlerror());
+    const auto sym = [lib](const char* name) {
+      void* f = dlsym(lib, name);
+      if (!f) fail(ErrorCategory::kUnsupported, "get: this libcurl lacks {}", name);
+      return f;
+    };
+    Curl c;
+    c.global_init = reinterpret_cast<decltype(c.global_init)>(sym("curl_global_init"));
+    c.easy_init = reinterpret_cast<decltype(c.easy_init)>(sym("curl_easy_init"));
+    c.easy_setopt = reinterpret_cast<decltype(c.easy_setopt)>(sym("curl_easy_setopt"));
+    c.easy_perform = reinterpret_cast<decltype(c.easy_perform)>(sym("curl_easy_perform"));
+    c.easy_getinfo = reinterpret_cast<decltype(c.easy_getinfo)>(sym("curl_easy_getinfo"));
+    c.easy_cleanup = reinterpret_cast<decltype(c.easy_cleanup)>(sym("curl_easy_cleanup"));
+    c.easy_strerror = reinterpret_cast<decltype(c.easy_strerror)>(sym("curl_easy_strerror"));
+    c.slist_append = reinterpret_cast<decltype(c.slist_append)>(sym("curl_slist_append"));
+    c.slist_free_all = reinterpret_cast<decltype(c.slist_free_all)>(sym("curl_slist_free_all"));
+    c.global_init(CURL_GLOBAL_DEFAULT);
+    return c;
+  }();
+  return api;
 }
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -66,8 +101,8 @@ struct Transfer {
 template <typename Sink>
 Transfer http_get(const std::string& url, const std::string& token, int64_t range_from, Sink&& sink,
                   const std::function<void(int64_t)>& progress = nullptr) {
-  global_init();
-  CURL* curl = curl_easy_init();
+  const Curl& api = curl_api();
+  CURL* curl = api.easy_init();
   if (!curl) fail(ErrorCategory::kInternal, "get: cannot start an HTTP client");
   struct State {
     Sink* sink;
@@ -77,23 +112,23 @@ Transfer http_get(const std::string& url, const std::string& token, int64_t rang
     CURL* curl;
   } state{&sink, &progress, 0, 0, curl};
   curl_slist* headers = nullptr;
-  if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
-  if (range_from > 0) headers = curl_slist_append(headers, fmt::format("Range: bytes={}-", range_from).c_str());
-  headers = curl_slist_append(headers, "User-Agent: kettle");
+  if (!token.empty()) headers = api.slist_append(headers, ("Authorization: Bearer " + token).c_str());
+  if (range_from > 0) headers = api.slist_append(headers, fmt::format("Range: bytes={}-", range_from).c_str());
+  headers = api.slist_append(headers, "User-Agent: kettle");
   char error[CURL_ERROR_SIZE] = {};
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);  // LFS files redirect to a CDN (without the token)
-  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 30L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);  // a transfer that stalls for a minute is cut (and resumed)
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &state);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char* data, size_t, size_t n, void* user) -> size_t {
+  api.easy_setopt(curl, CURLOPT_URL, url.c_str());
+  api.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  api.easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);  // LFS files redirect to a CDN (without the token)
+  api.easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
+  api.easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  api.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 30L);
+  api.easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);  // a transfer that stalls for a minute is cut (and resumed)
+  api.easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  api.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(curl, CURLOPT_WRITEDATA, &state);
+  api.easy_setopt(curl, CURLOPT_WRITEFUNCTION, +[](char* data, size_t, size_t n, void* user) -> size_t {
     auto* s = static_cast<State*>(user);
-    if (s->status == 0) curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &s->status);
+    if (s->status == 0) curl_api().easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &s->status);
     if (s->status >= 300) return n;  // an error page: read, not stored
     if (!(*s->sink)(data, n, s->status)) return 0;
     s->received += static_cast<int64_t>(n);
@@ -101,11 +136,11 @@ Transfer http_get(const std::string& url, const std::string& token, int64_t rang
     return n;
   });
   Transfer t;
-  t.code = curl_easy_perform(curl);
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &t.status);
-  if (t.code != CURLE_OK) t.error = error[0] ? error : curl_easy_strerror(t.code);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
+  t.code = api.easy_perform(curl);
+  api.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &t.status);
+  if (t.code != CURLE_OK) t.error = error[0] ? error : api.easy_strerror(t.code);
+  api.slist_free_all(headers);
+  api.easy_cleanup(curl);
   return t;
 }
 
