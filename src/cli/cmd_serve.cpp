@@ -176,7 +176,7 @@ std::vector<std::string> child_command_line(const std::string& socket) {
   std::vector<std::string> args = {"kettle"};
   const std::vector<std::string>& given = command_line();
   for (size_t i = 0; i < given.size(); ++i) {
-    if (given[i] == "--isolate" || given[i].rfind("--unix=", 0) == 0) continue;
+    if (given[i] == "--isolate" || given[i].rfind("--isolate=", 0) == 0 || given[i].rfind("--unix=", 0) == 0) continue;
     if (given[i] == "--unix") {
       ++i;
       continue;
@@ -192,6 +192,8 @@ std::vector<std::string> child_command_line(const std::string& socket) {
 // serve --isolate: this process binds the port and relays to an engine child it supervises;
 // it never loads the model or touches the GPU, so a fault there leaves it serving.
 int run_isolated(const ServeFlags& flags) {
+  if (std::getenv(server::kEngineChildEnv))  // never a child of a child, whatever the command line says
+    fail(ErrorCategory::kInvalidArgument, "serve: --isolate inside an engine child");
   install_signal_pipe();
   std::signal(SIGPIPE, SIG_IGN);
   for (const std::string& key : flags.api_keys)
@@ -200,6 +202,13 @@ int run_isolated(const ServeFlags& flags) {
   const char* dir = mkdtemp(dir_template);
   if (!dir) fail(ErrorCategory::kInternal, "serve --isolate: cannot make a directory for the engine socket in /tmp");
   const std::string socket = std::string(dir) + "/engine.sock";
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_dir{dir};
   server::EngineSupervisor supervisor(child_command_line(socket), socket);
   server::ProxyConfig config;
   config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
@@ -233,7 +242,6 @@ int run_isolated(const ServeFlags& flags) {
   if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);
   signal_thread.join();
   supervisor.stop(5);
-  std::filesystem::remove_all(dir);
   log::info("server stopped");
   return 0;
 }

@@ -73,6 +73,21 @@ nlohmann::json parse_or_text(const std::string& text) {
 
 std::string number(double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.1f}", x); }
 
+// The command line without secrets: an --api-key's value is not kept.
+nlohmann::json redacted(const std::vector<std::string>& args) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--api-key" && i + 1 < args.size()) {
+      out.push_back(args[i]);
+      out.push_back("(redacted)");
+      ++i;
+    } else {
+      out.push_back(args[i].rfind("--api-key=", 0) == 0 ? std::string("--api-key=(redacted)") : args[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string EvalHistory::default_path() {
@@ -217,7 +232,7 @@ void record_bench_run(const std::string& db_path, const std::string& kind, const
     run.kind = kind;
     run.model = model;
     run.device = device;
-    run.flags = command_line();
+    run.flags = redacted(command_line());
     run.results = results;
     const int64_t id = history.record(std::move(run));
     std::fprintf(stderr, "recorded as run %lld in %s (kettle evals)\n", static_cast<long long>(id),

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <string_view>
+
 #include "server/http/upstream.h"
 #include "util/log.h"
 
@@ -71,6 +73,13 @@ int EngineSupervisor::spawn() {
   std::vector<char*> args;
   for (std::string& a : argv_) args.push_back(a.data());
   args.push_back(nullptr);
+  // The environment as it is, plus the child's mark (built before fork: the child only execs).
+  std::string mark = std::string(kEngineChildEnv) + "=1";
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind(std::string(kEngineChildEnv) + "=", 0) != 0) env.push_back(*e);
+  env.push_back(mark.data());
+  env.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {  // only async-signal-safe calls until exec
@@ -79,7 +88,7 @@ int EngineSupervisor::spawn() {
     sigset_t all;
     sigemptyset(&all);
     sigprocmask(SIG_SETMASK, &all, nullptr);
-    execv("/proc/self/exe", args.data());
+    execve("/proc/self/exe", args.data(), env.data());
     _exit(127);
   }
   return pid > 0 ? pid : 0;

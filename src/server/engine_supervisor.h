@@ -18,6 +18,9 @@
 
 namespace kettle::server {
 
+// Set in the child's environment: a child refuses --isolate (no child of a child).
+inline constexpr const char* kEngineChildEnv = "KETTLE_ENGINE_CHILD";
+
 enum class EngineState { kStarting, kReady, kBackoff, kDown, kStopped };
 const char* engine_state_name(EngineState s);
 

@@ -54,12 +54,14 @@ test('two bench runs appear in evals with the numbers they printed, newest first
 
 test('bench serve: a load test against a running server, recorded as its own kind', async () => {
   const db = join(dir, 'serve.sqlite');
-  const server = await startServer(['--batch', '4']);
+  const key = 'bench-secret-key-123';
+  const server = await startServer(['--batch', '4', '--api-key', key]);
+  const auth = { headers: { authorization: `Bearer ${key}` } };
   try {
-    const before = await (await fetch(`${server.base}/stats`)).json();
+    const before = await (await fetch(`${server.base}/stats`, auth)).json();
     const out = JSON.parse(run(['bench', 'serve', '--url', server.base, '-c', '2', '-n', '4', '-p', '20', '-g', '8',
-      '--json', '--evals-db', db]));
-    const afterStats = await (await fetch(`${server.base}/stats`)).json();
+      '--api-key', key, '--json', '--evals-db', db]));
+    const afterStats = await (await fetch(`${server.base}/stats`, auth)).json();
     assert.equal(out.model, 'kettle-demo');
     assert.equal(out.succeeded, 4);
     assert.equal(out.failed, 0);
@@ -71,6 +73,9 @@ test('bench serve: a load test against a running server, recorded as its own kin
     assert.equal(recorded.kind, 'bench serve');
     assert.equal(recorded.device, server.base);
     assert.deepEqual(recorded.results, out);
+    assert.ok(!JSON.stringify(recorded).includes(key), 'the API key was recorded');
+    assert.deepEqual(recorded.flags.slice(recorded.flags.indexOf('--api-key'), recorded.flags.indexOf('--api-key') + 2),
+      ['--api-key', '(redacted)']);
     // A server that is not there: a clear error, non-zero exit.
     const refused = spawnSync(kettle, ['bench', 'serve', '--url', 'http://127.0.0.1:1', '--no-record'], { encoding: 'utf8' });
     assert.notEqual(refused.status, 0);
