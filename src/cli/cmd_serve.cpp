@@ -166,6 +166,22 @@ void write_cache_to_disk(Engine& engine, double timeout_seconds) {
             r.written, r.not_on_disk, r.queued, r.dropped, r.errors);
 }
 
+void check_api_keys(const ServeFlags& flags) {
+  for (const std::string& key : flags.api_keys)
+    if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
+}
+
+// The listener on --unix or --host/--port (either server: HttpServer, or --isolate's EngineProxy), with the
+// warning for an address others can reach without a key.
+template <typename Listener>
+void bind_listener(Listener& listener, const ServeFlags& flags, const server::AccessConfig& access) {
+  if (!flags.unix_socket.empty()) return listener.bind_unix(flags.unix_socket);
+  listener.bind(flags.host, flags.port);
+  if (flags.api_keys.empty() && server::AccessPolicy(access).exposed())
+    log::warn("serve: listening on {} without an API key: anyone who can reach this address can use the model "
+              "(set --api-key or KETTLE_API_KEY)", flags.host);
+}
+
 std::string listen_address(const ServeFlags& flags) {
   return flags.unix_socket.empty() ? fmt::format("http://{}:{}", flags.host, flags.port) : "unix:" + flags.unix_socket;
 }
@@ -196,8 +212,7 @@ int run_isolated(const ServeFlags& flags) {
     fail(ErrorCategory::kInvalidArgument, "serve: --isolate inside an engine child");
   install_signal_pipe();
   std::signal(SIGPIPE, SIG_IGN);
-  for (const std::string& key : flags.api_keys)
-    if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
+  check_api_keys(flags);
   char dir_template[] = "/tmp/kettle-engine-XXXXXX";  // 0700: only this user reaches the child
   const char* dir = mkdtemp(dir_template);
   if (!dir) fail(ErrorCategory::kInternal, "serve --isolate: cannot make a directory for the engine socket in /tmp");
@@ -215,13 +230,7 @@ int run_isolated(const ServeFlags& flags) {
   config.http.max_connections = flags.max_connections;
   config.workers = 2 * (flags.batch + flags.max_queue) + 16;  // the child's 429 and 503 come first
   server::EngineProxy proxy(config, supervisor);
-  if (!flags.unix_socket.empty())
-    proxy.bind_unix(flags.unix_socket);
-  else
-    proxy.bind(flags.host, flags.port);
-  if (flags.unix_socket.empty() && flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
-    log::warn("serve: listening on {} without an API key: anyone who can reach this address can use the model "
-              "(set --api-key or KETTLE_API_KEY)", flags.host);
+  bind_listener(proxy, flags, config.access);
   supervisor.start();
   std::thread signal_thread([&] {
     int signal = wait_for_signal();
@@ -278,8 +287,7 @@ int run_serve(const ServeFlags& flags) {
   config.http.max_connections = flags.max_connections;
   config.literal_special_tokens = flags.literal_special_tokens;
   config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
-  for (const std::string& key : flags.api_keys)
-    if (key.size() < 8) fail(ErrorCategory::kInvalidArgument, "--api-key: a key needs at least 8 characters");
+  check_api_keys(flags);
   config.sampling = flags.sampling.resolve(model.generation);
   if (model.embedding) config.embedding = embedding_model(model);
 
@@ -314,13 +322,7 @@ int run_serve(const ServeFlags& flags) {
   config.flush_timeout_seconds = flags.shutdown_seconds;
   Engine engine(model, tokenizer, std::move(backends), engine_options);
   server::HttpServer http(config, tokenizer, chat_template ? &*chat_template : nullptr, engine);
-  if (!flags.unix_socket.empty())
-    http.bind_unix(flags.unix_socket);
-  else
-    http.bind(flags.host, flags.port);
-  if (flags.unix_socket.empty() && flags.api_keys.empty() && server::AccessPolicy(config.access).exposed())
-    log::warn("serve: listening on {} without an API key: anyone who can reach this address can use the model "
-              "(set --api-key or KETTLE_API_KEY)", flags.host);
+  bind_listener(http, flags, config.access);
 
   std::thread signal_thread([&] {
     int signal = wait_for_signal();
