@@ -124,7 +124,10 @@ void EngineProxy::relay(http::Exchange& ex) {
   const auto gone = [&ex] { return ex.client_gone(); };
   const bool retryable = (req.method == "GET" || req.method == "HEAD") && req.body.empty();
   const std::string bytes = http::Upstream::serialize(req);
-  for (int attempt = 0;; ++attempt) {
+  constexpr int kRefusedAttempts = 40;  // 10 s of refused connections while the supervisor catches up
+  int refused_attempts = 0;
+  bool retried = false;
+  for (;;) {
     if (!supervisor_.wait_ready(config_.ready_wait_seconds, gone)) {
       const EngineStatus s = supervisor_.status();
       return ex.reply(error_reply(
@@ -166,11 +169,18 @@ void EngineProxy::relay(http::Exchange& ex) {
       }
     }
     if (gone()) return;
-    if (!retryable || attempt > 0)
+    // A connection refused reached no engine (the child died a moment ago and the supervisor has not
+    // seen it yet): any request waits for the next child. A request that was sent is tried again only
+    // when it has no body and is a GET or HEAD, once.
+    const bool unsent = !up && refused_attempts++ < kRefusedAttempts;
+    if (!unsent && (!retryable || retried))
       return ex.reply(error_reply(engine_unavailable(502, up ? "the engine stopped before answering"
                                                              : fmt::format("the engine cannot be reached ({})", why)),
                                   req.path));
-    log::warn("engine: {} {} got no answer; trying once more", req.method, req.path);
+    if (!unsent) {
+      retried = true;
+      log::warn("engine: {} {} got no answer; trying once more", req.method, req.path);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the supervisor sees a dead child within 100 ms
   }
 }

@@ -7,7 +7,8 @@
 // the child restarts, requests wait for the new one (the client may leave);
 // when the child dies under a request, the request gets 502 engine_unavailable
 // (a stream: an error event in its API's shape), and a bodyless GET or HEAD that
-// got no answer is tried once more.
+// got no answer is tried once more. A request whose connection was refused reached
+// no engine (the child just died): it waits for the next child, whatever its method.
 #pragma once
 
 #include <atomic>

@@ -88,8 +88,9 @@ test('kill -9 of the engine child during 16 streams: each gets an error event, a
     assert.ok(r.error, `stream ${r.i} ended without an error (${r.chunks} chunks)`);
     assert.match(String(r.error.message), /engine stopped while answering/, `stream ${r.i}: ${r.error}`);
   }
-  // The parent lives on; a new child serves the next request.
+  // The parent lives on; a new child serves the next request (sent once /health says the engine is back).
   assert.equal(server.exited, null);
+  for (let i = 0; i < 300 && !(await fetch(`${server.base}/health`)).ok; i++) await sleep(100);
   const reply = await openai.completions.create({ model: 'kettle-demo', prompt: 'Hello', max_tokens: 4, temperature: 0 });
   assert.equal(reply.usage.completion_tokens, 4);
   const served = (Date.now() - killedAt) / 1000;
