@@ -329,15 +329,13 @@ int run_bench(const BenchFlags& f) {
     tg.push_back(decode_tps(runner, f.gen_tokens, deep()));
   }
   Stat p = stat_of(pp), g = stat_of(tg);
-  nlohmann::json record_table_later;  // the results --json prints, recorded after the table
   // What a decode step reads of the weights (a MoE layer: its chosen experts' share).
   const double gbps = g.mean * static_cast<double>(model.decode_bytes_per_token()) / 1e9;
   // A decode step at depth also reads the cache: its bytes at the test's mean position.
   const size_t kv_at_depth = kv_bytes_at(core.pool(), f.depth);
   const double kv_gbps = g.mean * static_cast<double>(kv_bytes_at(core.pool(), f.depth + f.gen_tokens / 2)) / 1e9;
   const double rss = peak_rss_gib();
-  {
-    nlohmann::json out = {{"model", model.source},       {"backend", backend->name()},
+  nlohmann::json out = {{"model", model.source},       {"backend", backend->name()},
                           {"threads", threads},          {"weight_bytes", model.weight_bytes()},
                           {"decode_bytes_per_token", model.decode_bytes_per_token()},
                           {"prompt_tokens", f.prompt_tokens}, {"gen_tokens", f.gen_tokens},
@@ -349,11 +347,9 @@ int run_bench(const BenchFlags& f) {
                           {"decode_weight_gb_per_second", gbps}, {"peak_rss_gib", rss},
                           {"copy_gb_per_second", copy_gbps},
                           {"decode_fraction_of_copy", copy_gbps > 0 ? gbps / copy_gbps : 0.0}};
-    if (f.json) {
-      std::printf("%s\n", out.dump().c_str());
-      return record(out);
-    }
-    record_table_later = std::move(out);
+  if (f.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return record(out);
   }
   const std::string at = f.depth > 0 ? fmt::format(" @ d{}", f.depth) : "";
   std::printf("| model | backend | threads | test | tok/s | weight GB/s | KV GB/s |\n|---|---|---|---|---|---|---|\n");
@@ -366,7 +362,7 @@ int run_bench(const BenchFlags& f) {
                 100.0 * gbps / copy_gbps);
   std::printf("peak memory (RSS): %.2f GiB\n", rss);
   std::fflush(stdout);
-  return record(record_table_later);
+  return record(out);
 }
 
 }  // namespace

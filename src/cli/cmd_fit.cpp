@@ -16,7 +16,6 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "engine/memory_policy.h"
-#include "kv/kv_pool.h"
 #include "model/config.h"
 #include "model/synthetic.h"
 #include "util/error.h"
@@ -70,13 +69,6 @@ double predicted_decode(const MemoryPlan& plan, double bandwidth_gbs, int64_t ct
   return kStreamedFraction * bandwidth_gbs * 1e9 / bytes * static_cast<double>(batch);
 }
 
-// The longest context the KV budget holds, in whole KV blocks as the pool admits them (serve's
-// default block size): what `serve` with the same flags accepts, prompt plus max_tokens.
-int64_t max_context(const MemoryDecision& d, int64_t batch, int64_t limit) {
-  const int64_t block = KvPool::kDefaultBlockSize;
-  return std::min(d.plan.longest_context(d.kv_budget_bytes, batch) / block * block, limit);
-}
-
 nlohmann::json verdict(const MemoryDecision& d, int64_t ctx, int64_t batch, int64_t limit) {
   const size_t need = d.plan.total_bytes(ctx, batch);
   return {{"device_bytes", d.device_bytes},
@@ -84,7 +76,7 @@ nlohmann::json verdict(const MemoryDecision& d, int64_t ctx, int64_t batch, int6
           {"kv_budget_bytes", d.kv_budget_bytes},
           {"prompt_cache_bytes", d.prompt_cache_bytes},
           {"fits", d.plan.kv_bytes(ctx, batch) <= d.kv_budget_bytes},
-          {"max_context", max_context(d, batch, limit)}};
+          {"max_context", admitted_context(d, batch, limit)}};
 }
 
 MemoryFlags memory_flags(const FitFlags& f, const std::string& model_dir) {

@@ -16,7 +16,6 @@
 #include "cli/hub_download.h"
 #include "cli/options.h"
 #include "engine/memory_policy.h"
-#include "kv/kv_pool.h"
 #include "model/config.h"
 #include "model/hf_cache.h"
 #include "model/memory_plan.h"
@@ -34,11 +33,6 @@ struct LsFlags {
   DeviceOption device;
   bool json = false;
 };
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 std::string human_bytes(double bytes) {
   if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
@@ -69,9 +63,8 @@ nlohmann::json describe(const CachedModel& m, const std::string& source, Backend
     try {
       const MemoryDecision d = decide_memory(spec, !backend.host_memory(), weight_storage(spec, backend),
                                              backend.kv_dtype(), device_bytes, flags);
-      const int64_t block = KvPool::kDefaultBlockSize;
       const int64_t limit = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : int64_t{1} << 40;
-      const int64_t longest = std::min(d.plan.longest_context(d.kv_budget_bytes, 1) / block * block, limit);
+      const int64_t longest = admitted_context(d, 1, limit);
       row["max_context"] = longest;
       row["fits"] = longest >= std::min<int64_t>(limit, 4096);
     } catch (const Error&) {
@@ -93,8 +86,7 @@ int run_ls(const LsFlags& f) {
     if (!std::filesystem::is_directory(dir)) fail(ErrorCategory::kNotFound, "ls: --models-dir {}: no such folder", dir);
     for (const CachedModel& m : list_models_dir(dir)) models.push_back({m, dir});
   }
-  const std::string q = lower(f.query);
-  std::erase_if(models, [&](const auto& m) { return !q.empty() && lower(m.first.id).find(q) == std::string::npos; });
+  std::erase_if(models, [&](const auto& m) { return !id_contains(m.first.id, f.query); });
   auto backend = make_backend(f.device.backend_options(1));
   const size_t device_bytes = measured_memory_bytes(*backend, 1);
   nlohmann::json rows = nlohmann::json::array();
@@ -107,7 +99,7 @@ int run_ls(const LsFlags& f) {
     return 0;
   }
   if (rows.empty()) {
-    std::printf("no models%s in %s%s\n", q.empty() ? "" : fmt::format(" matching '{}'", f.query).c_str(), cache.c_str(),
+    std::printf("no models%s in %s%s\n", f.query.empty() ? "" : fmt::format(" matching '{}'", f.query).c_str(), cache.c_str(),
                 f.models_dirs.empty() ? "" : " or the --models-dir folders");
     return 0;
   }

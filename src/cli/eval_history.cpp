@@ -226,8 +226,9 @@ std::string summarize_results(const nlohmann::json& r) {
 
 void record_bench_run(const std::string& db_path, const std::string& kind, const std::string& model,
                       const std::string& device, const nlohmann::json& results) {
+  const std::string path = db_path.empty() ? EvalHistory::default_path() : db_path;
   try {
-    EvalHistory history(db_path.empty() ? EvalHistory::default_path() : db_path);
+    EvalHistory history(path);
     EvalRecord run;
     run.kind = kind;
     run.model = model;
@@ -235,8 +236,7 @@ void record_bench_run(const std::string& db_path, const std::string& kind, const
     run.flags = redacted(command_line());
     run.results = results;
     const int64_t id = history.record(std::move(run));
-    std::fprintf(stderr, "recorded as run %lld in %s (kettle evals)\n", static_cast<long long>(id),
-                 (db_path.empty() ? EvalHistory::default_path() : db_path).c_str());
+    std::fprintf(stderr, "recorded as run %lld in %s (kettle evals)\n", static_cast<long long>(id), path.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "warning: this run was not recorded: %s\n", e.what());
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kv/kv_pool.h"
 #include "model/model_runner.h"
 #include "util/error.h"
 #include "util/system_memory.h"
@@ -67,6 +68,11 @@ MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightSt
   }
   d.prompt_cache_bytes = std::min(static_cast<size_t>(flags.prompt_cache_gb * 1e9), d.kv_budget_bytes);
   return d;
+}
+
+int64_t admitted_context(const MemoryDecision& d, int64_t batch, int64_t limit) {
+  const int64_t block = KvPool::kDefaultBlockSize;
+  return std::min(d.plan.longest_context(d.kv_budget_bytes, batch) / block * block, limit);
 }
 
 }  // namespace kettle

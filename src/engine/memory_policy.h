@@ -58,6 +58,11 @@ size_t measured_memory_bytes(Backend& backend, int ranks);
 // and the working memory.
 MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const MemoryFlags& flags);
 
+// The longest context (prompt plus max_tokens) `batch` sequences may have under the decision's KV
+// budget, in whole KV blocks as the pool admits them (serve's default block size), at most `limit`:
+// what `serve` with the same flags accepts (`fit`, `ls`).
+int64_t admitted_context(const MemoryDecision& d, int64_t batch, int64_t limit);
+
 // As decide_memory, with the device's memory given (fit's --skus table, tests).
 MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightStorage weights, DType kv_element,
                              size_t device_bytes, const MemoryFlags& flags);

@@ -71,7 +71,7 @@ std::string resolve_model(const std::string& query, const std::string& cache_dir
   for (const CachedModel& m : models)
     if (lower(m.id) == q) return m.folder;
   for (const CachedModel& m : models)
-    if (lower(m.id).find(q) != std::string::npos) matches.push_back(&m);
+    if (id_contains(m.id, query)) matches.push_back(&m);
   if (matches.size() == 1) return matches[0]->folder;
   if (matches.empty())
     fail(ErrorCategory::kNotFound,
@@ -81,6 +81,10 @@ std::string resolve_model(const std::string& query, const std::string& cache_dir
   for (const CachedModel* m : matches) names += (names.empty() ? "" : ", ") + m->id;
   fail(ErrorCategory::kInvalidArgument, "model '{}' matches {} cached models: {}; name one", query, matches.size(),
        names);
+}
+
+bool id_contains(const std::string& id, const std::string& query) {
+  return lower(id).find(lower(query)) != std::string::npos;
 }
 
 std::vector<CachedModel> list_models_dir(const std::string& dir) {

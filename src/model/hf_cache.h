@@ -25,6 +25,9 @@ std::vector<CachedModel> list_cached_models(const std::string& cache_dir);
 // listing the candidates when the query is ambiguous.
 std::string resolve_model(const std::string& query, const std::string& cache_dir);
 
+// Whether `id` contains `query`, case-insensitively (ASCII): how a query names models.
+bool id_contains(const std::string& id, const std::string& query);
+
 // The models under a --models-dir: each folder (the dir itself or a child, one level) that
 // holds a config.json, named by its path relative to dir; sorted by id.
 std::vector<CachedModel> list_models_dir(const std::string& dir);

@@ -13,6 +13,18 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 const std::string* Request::header(std::string_view name) const {
   for (const Header& h : headers)
     if (h.name == name) return &h.value;

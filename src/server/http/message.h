@@ -45,6 +45,10 @@ struct Response {
 
 std::string_view reason_phrase(int status);
 bool iequals(std::string_view a, std::string_view b);
+// A header value without the optional whitespace (spaces, tabs) around it.
+std::string_view trim_ows(std::string_view s);
+// ASCII lower case (header names).
+std::string lower_ascii(std::string_view s);
 // The head of a response (status line, headers, blank line) as sent on the wire.
 std::string serialize_head(const Response& r, int minor_version, bool keep_alive, bool chunked,
                            std::size_t content_length);

@@ -19,18 +19,6 @@ bool is_token(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_token_char(static_cast<unsigned char>(c)); });
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   c = static_cast<char>(c | 0x20);
@@ -165,10 +153,10 @@ RequestParser::Status RequestParser::parse_header_line(std::string_view line) {
     return fail(400, "a header line is not 'Name: value'");
   if (request_.headers.size() >= limits_.max_headers)
     return fail(431, fmt::format("the request has more than {} headers", limits_.max_headers));
-  const std::string_view value = trim(line.substr(colon + 1));
+  const std::string_view value = trim_ows(line.substr(colon + 1));
   for (unsigned char c : value)
     if ((c < 0x20 && c != '\t') || c == 0x7f) return fail(400, "a header value has a control character");
-  request_.headers.push_back({lower(line.substr(0, colon)), std::string(value)});
+  request_.headers.push_back({lower_ascii(line.substr(0, colon)), std::string(value)});
   return Status::kNeedMore;
 }
 
@@ -239,7 +227,7 @@ RequestParser::Status RequestParser::feed_chunked(std::string& in) {
         continue;  // trailer fields are read and dropped
       }
       if (line.size() > kMaxSizeLine) return fail(400, "a chunked body's size line is too long");
-      const std::string_view digits = trim(line.substr(0, line.find(';')));
+      const std::string_view digits = trim_ows(line.substr(0, line.find(';')));
       if (digits.empty() || digits.size() > 15) return fail(400, "a chunk size is not a hexadecimal number");
       uint64_t size = 0;
       for (char c : digits) {

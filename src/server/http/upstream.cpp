@@ -30,17 +30,6 @@ bool hop_by_hop(const std::string& name) {
   return name == kForwardedPeer || name == kForwardedLoopback;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  return s;
-}
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return std::string(s);
-}
-
 }  // namespace
 
 std::unique_ptr<Upstream> Upstream::connect(const std::string& path, std::string& why) {
@@ -154,8 +143,10 @@ bool Upstream::read_head(Response& head, double timeout_seconds, const Cancelled
     line_end = next;
     const size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
-    const std::string name = lower(trim(line.substr(0, colon))), value = trim(line.substr(colon + 1));
-    if (name == "transfer-encoding") transfer = lower(value);
+    const std::string_view text_line(line);
+    const std::string name = lower_ascii(trim_ows(text_line.substr(0, colon)));
+    const std::string value(trim_ows(text_line.substr(colon + 1)));
+    if (name == "transfer-encoding") transfer = lower_ascii(value);
     if (name == "content-length") length = value;
     if (!hop_by_hop(name)) head.headers.push_back({name, value});
   }
