@@ -164,6 +164,8 @@ class Backend {
   virtual void run_step(const StepContext& context, uint64_t key, const std::function<void()>& ops) = 0;
   // Bytes of backend memory free now; 0 where the backend does not say (host memory).
   virtual size_t free_memory() { return 0; }
+  // Bytes of backend memory in all (free or not); 0 where the backend does not say (host memory).
+  virtual size_t total_memory() { return 0; }
   // The element type of cached keys and values (KvPages): f32 on the CPU, f16 on CUDA.
   virtual DType kv_dtype() const { return DType::kF32; }
   // Whether qkv_rope_store and attention read and write KV rows stored as `rows`: plain

@@ -31,6 +31,7 @@ struct LsFlags {
   std::string query;
   std::vector<std::string> models_dirs;
   DeviceOption device;
+  double device_share = 1.0;  // fits in this share of the device (a --model-pool engine's)
   bool json = false;
 };
 
@@ -46,8 +47,8 @@ std::string human_count(double n) {
 }
 
 // One model's row; a folder whose config cannot be read is listed with the reason.
-nlohmann::json describe(const CachedModel& m, const std::string& source, Backend& backend, size_t device_bytes) {
-  nlohmann::json row = {{"id", m.id}, {"source", source}, {"folder", m.folder}, {"bytes", weight_file_bytes(m.folder)}};
+nlohmann::json describe(const CachedModel& m, Backend& backend, size_t device_bytes) {
+  nlohmann::json row = {{"id", m.id}, {"source", m.source}, {"folder", m.folder}, {"bytes", weight_file_bytes(m.folder)}};
   try {
     const ModelSpec spec = load_model_config(m.folder);
     row["arch"] = spec.model_type;
@@ -79,18 +80,19 @@ nlohmann::json describe(const CachedModel& m, const std::string& source, Backend
 
 int run_ls(const LsFlags& f) {
   log::set_level(log::Level::kQuiet);
-  std::vector<std::pair<CachedModel, std::string>> models;
   const std::string cache = hf_hub_cache_dir();
-  for (const CachedModel& m : list_cached_models(cache)) models.push_back({m, "hf-cache"});
-  for (const std::string& dir : f.models_dirs) {
+  for (const std::string& dir : f.models_dirs)
     if (!std::filesystem::is_directory(dir)) fail(ErrorCategory::kNotFound, "ls: --models-dir {}: no such folder", dir);
-    for (const CachedModel& m : list_models_dir(dir)) models.push_back({m, dir});
-  }
-  std::erase_if(models, [&](const auto& m) { return !id_contains(m.first.id, f.query); });
+  std::vector<CachedModel> models = list_local_models(cache, f.models_dirs);
+  std::erase_if(models, [&](const CachedModel& m) { return !id_contains(m.id, f.query); });
   auto backend = make_backend(f.device.backend_options(1));
-  const size_t device_bytes = measured_memory_bytes(*backend, 1);
+  // A share of a GPU is of its whole memory (what a pool's engine gets), whatever is in use now.
+  const size_t device_bytes =
+      f.device_share < 1.0 && !backend->host_memory()
+          ? static_cast<size_t>(static_cast<double>(backend->total_memory()) * f.device_share)
+          : measured_memory_bytes(*backend, 1, f.device_share);
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& [m, source] : models) rows.push_back(describe(m, source, *backend, device_bytes));
+  for (const CachedModel& m : models) rows.push_back(describe(m, *backend, device_bytes));
   if (f.json) {
     std::printf("%s\n", nlohmann::json({{"hf_cache", cache}, {"device", backend->name()},
                                         {"device_bytes", device_bytes}, {"models", rows}})
@@ -181,6 +183,11 @@ Action register_ls(CLI::App& app) {
   app.add_option("query", f->query, "only models whose id contains this (case-insensitive)");
   app.add_option("--models-dir", f->models_dirs, "a folder of model folders to list besides the hub cache; repeatable");
   app.add_flag("--json", f->json, "print one JSON object");
+  app.add_option("--device-share", f->device_share,
+                 "whether each model fits in this share of the device (of a GPU's whole memory, of the host's "
+                 "available RAM), as an engine of `serve --model-pool` gets")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   f->device.add_to(app);
   return [f] { return run_ls(*f); };
 }

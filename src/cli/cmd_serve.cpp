@@ -9,13 +9,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
@@ -27,14 +35,17 @@
 #include "model/model.h"
 #include "model/config.h"
 #include "model/memory_plan.h"
+#include "model/hf_cache.h"
 #include "model/model_fingerprint.h"
 #include "model/model_runner.h"
 #include "server/engine_proxy.h"
+#include "server/engine_pool.h"
 #include "server/engine_supervisor.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/subprocess.h"
 
 namespace kettle::cli {
 namespace {
@@ -102,6 +113,11 @@ struct ServeFlags {
   int64_t generation_checkpoint = 0;
   std::string unix_socket;  // listen here instead of host:port
   bool isolate = false;     // the engine in a child process (run_isolated)
+  int model_pool = 0;       // --model-pool N: engines for the models requests name (0: none)
+  std::vector<std::string> models_dirs;  // where a pool finds models besides the hub cache
+  std::string served_model_name;         // the model's id in answers and /v1/models (default: as given)
+  double device_share = 1.0;             // of the device's memory, this server's share
+  const CLI::App* app = nullptr;         // serve's parser: which of its options take values
 };
 
 // Opens the chat page in the desktop's browser when there is a desktop (xdg-open, detached).
@@ -132,6 +148,7 @@ MemoryFlags memory_flags(const ServeFlags& flags, const KvQuant& kv_quant) {
   m.prompt_cache_gb = flags.prompt_cache_gb;
   m.prefill_chunk = flags.prefill_chunk;
   m.ranks = flags.tensor_parallel.ranks;
+  m.device_share = flags.device_share;
   return m;
 }
 
@@ -186,37 +203,129 @@ std::string listen_address(const ServeFlags& flags) {
   return flags.unix_socket.empty() ? fmt::format("http://{}:{}", flags.host, flags.port) : "unix:" + flags.unix_socket;
 }
 
-// The engine child's command line: this one without --isolate and the parent's own --unix,
-// listening on `socket`, never opening a browser.
-std::vector<std::string> child_command_line(const std::string& socket) {
-  std::vector<std::string> args = {"kettle"};
-  const std::vector<std::string>& given = command_line();
+// serve's arguments as given (after "serve") without the options named in `drop` (and their values)
+// and, when `drop_model`, without the model positional; serve's parser says which options take values.
+std::vector<std::string> forwarded_args(const CLI::App& app, const std::set<std::string>& drop, bool drop_model) {
+  std::vector<std::string> given = command_line();
+  if (!given.empty() && given.front() == "serve") given.erase(given.begin());
+  std::vector<std::string> out;
+  bool positionals_only = false;
   for (size_t i = 0; i < given.size(); ++i) {
-    if (given[i] == "--isolate" || given[i].rfind("--isolate=", 0) == 0 || given[i].rfind("--unix=", 0) == 0) continue;
-    if (given[i] == "--unix") {
-      ++i;
+    const std::string& arg = given[i];
+    if (positionals_only || arg.size() < 2 || arg[0] != '-') {  // the model
+      if (!drop_model) out.push_back(arg);
       continue;
     }
-    args.push_back(given[i]);
+    if (arg == "--") {
+      positionals_only = true;
+      if (!drop_model) out.push_back(arg);
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq);
+    const CLI::Option* option = app.get_option_no_throw(name);
+    size_t values = 0;  // the arguments after it that are its values
+    const int takes = option && eq == std::string::npos ? option->get_items_expected_max() : 0;  // flags: 0
+    if (takes > 0)
+      while (static_cast<int>(values) < takes && i + 1 + values < given.size() &&
+             (values == 0 || given[i + 1 + values].rfind("-", 0) != 0))
+        ++values;
+    const bool keep = !drop.contains(name);
+    for (size_t k = 0; k <= values; ++k)
+      if (keep) out.push_back(given[i + k]);
+    i += values;
   }
+  return out;
+}
+
+// An engine child's command line: this one for `folder` (or the model given), without the parent's own
+// options, listening on `socket`, never opening a browser.
+std::vector<std::string> child_command_line(const ServeFlags& flags, const std::string& socket) {
+  std::vector<std::string> args = {"kettle", "serve"};
+  for (std::string& a : forwarded_args(*flags.app, {"--isolate", "--unix"}, false)) args.push_back(std::move(a));
   if (std::find(args.begin(), args.end(), "--no-open") == args.end()) args.push_back("--no-open");
   args.push_back("--unix");
   args.push_back(socket);
   return args;
 }
 
+// A --model-pool engine's command line: `model`'s folder under its id, with its share of the device and
+// its own disk-tier folder (a disk tier is one server's).
+std::vector<std::string> pool_child_command_line(const ServeFlags& flags, const CachedModel& model,
+                                                 const std::string& socket) {
+  std::vector<std::string> args = {"kettle", "serve", "--", model.folder};
+  const std::set<std::string> parents = {"--isolate", "--unix", "--model-pool", "--models-dir", "--device-share",
+                                         "--ssd-cache", "--no-open"};
+  const std::vector<std::string> options = forwarded_args(*flags.app, parents, true);
+  args.insert(args.begin() + 2, options.begin(), options.end());
+  const std::vector<std::string> own = {"--no-open", "--unix", socket, "--served-model-name", model.id,
+                                        "--device-share", fmt::format("{:.6f}", flags.device_share / flags.model_pool)};
+  args.insert(args.begin() + 2, own.begin(), own.end());
+  if (!flags.ssd_cache.empty()) {
+    std::string slug = model.id;
+    for (char& c : slug)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '~';
+    const std::vector<std::string> ssd = {"--ssd-cache", (std::filesystem::path(flags.ssd_cache) / slug).string()};
+    args.insert(args.begin() + 2, ssd.begin(), ssd.end());
+  }
+  return args;
+}
+
+// --model-pool's GET /v1/models rows: `kettle ls --json` run as a child (the parent never touches the
+// GPU), for an engine's share of the device; kept a minute.
+std::function<nlohmann::json()> local_model_rows(const ServeFlags& flags, const std::string& default_folder) {
+  struct Cache {
+    std::mutex mutex;
+    nlohmann::json rows;
+    std::chrono::steady_clock::time_point at{};
+    bool filled = false;
+  };
+  auto cache = std::make_shared<Cache>();
+  std::vector<std::string> argv = {"/proc/self/exe", "ls", "--json", "--device", flags.device.device, "--device-share",
+                                   fmt::format("{:.6f}", flags.device_share / flags.model_pool), "--models-dir",
+                                   default_folder};
+  for (const std::string& dir : flags.models_dirs) {
+    argv.push_back("--models-dir");
+    argv.push_back(dir);
+  }
+  return [cache, argv] {
+    std::lock_guard lock(cache->mutex);
+    if (cache->filled && std::chrono::steady_clock::now() - cache->at < std::chrono::minutes(1)) return cache->rows;
+    const CapturedRun run = run_captured(argv, 120, size_t{64} << 20);
+    cache->rows = nlohmann::json::array();
+    try {
+      if (run.ok) cache->rows = nlohmann::json::parse(run.out).at("models");
+    } catch (const std::exception& e) {
+      log::warn("serve: the local model list (kettle ls --json) is unreadable: {}", e.what());
+    }
+    if (!run.ok) log::warn("serve: listing the local models (kettle ls --json) failed: {}", run.why);
+    cache->filled = true;
+    cache->at = std::chrono::steady_clock::now();
+    return cache->rows;
+  };
+}
+
+// The pool's default engine: the command line's model, under its registry id when it is one.
+CachedModel default_pool_model(const ServeFlags& flags) {
+  const std::string folder = model_or_default(flags.model);
+  if (flags.model.empty() || std::filesystem::is_directory(flags.model)) return {model_folder_name(folder), folder, folder};
+  return find_model(list_local_models(hf_hub_cache_dir(), flags.models_dirs), flags.model, "the local registry");
+}
+
 // serve --isolate: this process binds the port and relays to an engine child it supervises;
 // it never loads the model or touches the GPU, so a fault there leaves it serving.
 int run_isolated(const ServeFlags& flags) {
   if (std::getenv(server::kEngineChildEnv))  // never a child of a child, whatever the command line says
-    fail(ErrorCategory::kInvalidArgument, "serve: --isolate inside an engine child");
+    fail(ErrorCategory::kInvalidArgument, "serve: --isolate or --model-pool inside an engine child");
+  if (flags.model_pool > 0 && !flags.served_model_name.empty())
+    fail(ErrorCategory::kInvalidArgument,
+         "serve: --served-model-name names one model; with --model-pool each engine is named by its model's id");
   install_signal_pipe();
   std::signal(SIGPIPE, SIG_IGN);
   check_api_keys(flags);
   char dir_template[] = "/tmp/kettle-engine-XXXXXX";  // 0700: only this user reaches the child
   const char* dir = mkdtemp(dir_template);
   if (!dir) fail(ErrorCategory::kInternal, "serve --isolate: cannot make a directory for the engine socket in /tmp");
-  const std::string socket = std::string(dir) + "/engine.sock";
   struct RemoveDir {
     std::string path;
     ~RemoveDir() {
@@ -224,14 +333,27 @@ int run_isolated(const ServeFlags& flags) {
       std::filesystem::remove_all(path, ec);
     }
   } remove_dir{dir};
-  server::EngineSupervisor supervisor(child_command_line(socket), socket);
+  server::PoolConfig pool_config;
+  pool_config.route_by_model = flags.model_pool > 0;
+  pool_config.capacity = std::max(1, flags.model_pool);
+  pool_config.default_model = pool_config.route_by_model ? default_pool_model(flags)
+                                                         : CachedModel{flags.model, flags.model, ""};
+  pool_config.hf_cache = hf_hub_cache_dir();
+  pool_config.models_dirs = flags.models_dirs;
+  pool_config.socket_dir = dir;
+  pool_config.command = [&flags](const CachedModel& model, const std::string& socket) {
+    return flags.model_pool > 0 ? pool_child_command_line(flags, model, socket) : child_command_line(flags, socket);
+  };
+  pool_config.stop_seconds = flags.drain_seconds + (flags.ssd_cache.empty() ? 0.0 : flags.shutdown_seconds) + 10.0;
+  server::EnginePool pool(pool_config);
   server::ProxyConfig config;
   config.access = {flags.api_keys, flags.cors_origins, flags.allowed_hosts, flags.host};
   config.http.max_connections = flags.max_connections;
-  config.workers = 2 * (flags.batch + flags.max_queue) + 16;  // the child's 429 and 503 come first
-  server::EngineProxy proxy(config, supervisor);
+  config.workers = 2 * (flags.batch + flags.max_queue) * pool_config.capacity + 16;  // the children's 429 and 503 come first
+  if (pool_config.route_by_model) config.local_model_rows = local_model_rows(flags, pool_config.default_model.folder);
+  server::EngineProxy proxy(config, pool);
   bind_listener(proxy, flags, config.access);
-  supervisor.start();
+  pool.start();
   std::thread signal_thread([&] {
     int signal = wait_for_signal();
     if (signal == 0) return;
@@ -242,21 +364,26 @@ int run_isolated(const ServeFlags& flags) {
     proxy.shutdown(child_seconds);
   });
   const std::string base = listen_address(flags);
-  std::printf("kettle serving %s in an engine child process (--isolate)\n  chat page:     %s/\n  OpenAI API:    %s/v1\n"
+  const std::string what =
+      flags.model_pool > 0
+          ? fmt::format("the local models (`kettle ls`), up to {} at once, by each request's model (default {})",
+                        flags.model_pool, pool_config.default_model.id)
+          : model_or_default(flags.model) + " in an engine child process (--isolate)";
+  std::printf("kettle serving %s\n  chat page:     %s/\n  OpenAI API:    %s/v1\n"
               "  Anthropic API: %s/v1/messages\n  engine state:  %s/engine\n",
-              model_or_default(flags.model).c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str());
+              what.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str());
   std::fflush(stdout);
   if (!flags.no_open && flags.unix_socket.empty()) open_browser(base + "/");
   proxy.listen();
   if (g_signal_pipe[1] >= 0) close(g_signal_pipe[1]);
   signal_thread.join();
-  supervisor.stop(5);
+  pool.stop(5);
   log::info("server stopped");
   return 0;
 }
 
 int run_serve(const ServeFlags& flags) {
-  if (flags.isolate) return run_isolated(flags);
+  if (flags.isolate || flags.model_pool > 0) return run_isolated(flags);
   install_signal_pipe();
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -270,7 +397,9 @@ int run_serve(const ServeFlags& flags) {
 
   server::ServerConfig config;
   // A registry query names the model as the user wrote it (as vLLM does); a folder by its name.
-  config.model_id = flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_folder_name(folder) : flags.model;
+  config.model_id = !flags.served_model_name.empty()                                      ? flags.served_model_name
+                    : flags.model.empty() || std::filesystem::is_directory(flags.model) ? model_folder_name(folder)
+                                                                                        : flags.model;
   config.context_length = model.spec.max_position_embeddings;
   config.weight_bytes = model.weight_bytes();
   if (const QuantConfig& q = model.spec.quant; q.present())
@@ -353,6 +482,7 @@ int run_serve(const ServeFlags& flags) {
 
 Action register_serve(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
+  f->app = &app;
   app.add_option("model", f->model, "Hugging Face model folder (default: the bundled demo model)");
   app.add_option("--host", f->host, "address to listen on")->capture_default_str();
   app.add_option("--unix", f->unix_socket,
@@ -361,6 +491,21 @@ Action register_serve(CLI::App& app) {
   app.add_flag("--isolate", f->isolate,
                "run the engine in a child process that is restarted when it dies (a GPU fault cannot take the server "
                "down); GET /engine shows its state");
+  app.add_option("--model-pool", f->model_pool,
+                 "serve every local model (`kettle ls`): each request's model field picks one, up to N run at once, "
+                 "each in an engine child with 1/N of the device; the least recently used is stopped for another")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--models-dir", f->models_dirs,
+                 "a folder of model folders a --model-pool serves besides the Hugging Face cache; repeatable")
+      ->check(CLI::ExistingDirectory)
+      ->needs("--model-pool");
+  app.add_option("--served-model-name", f->served_model_name,
+                 "the model's id in answers and /v1/models (default: the model as given, a folder by its name)");
+  app.add_option("--device-share", f->device_share,
+                 "the share of the device's memory this server plans with (of a GPU's whole memory, of the host's "
+                 "available RAM); a --model-pool divides it among its engines")
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   app.add_option("--port", f->port, "TCP port")->check(CLI::Range(1, 65535))->capture_default_str();
   app.add_option("--max-tokens", f->max_tokens,
                  "tokens generated when a request gives no max_tokens (0: until EOS or the context, as the KV budget allows)")

@@ -33,14 +33,18 @@ uint32_t packed_affine_widths(const Backend& backend, bool experts) {
   return widths;
 }
 
-size_t measured_memory_bytes(Backend& backend, int ranks) {
-  return backend.host_memory() ? available_memory_bytes() / static_cast<size_t>(std::max(1, ranks))
-                               : backend.free_memory();
+size_t measured_memory_bytes(Backend& backend, int ranks, double share) {
+  if (backend.host_memory())
+    return static_cast<size_t>(static_cast<double>(available_memory_bytes() / static_cast<size_t>(std::max(1, ranks))) *
+                               std::min(share, 1.0));
+  const size_t free = backend.free_memory();
+  if (share >= 1.0) return free;
+  return std::min(free, static_cast<size_t>(static_cast<double>(backend.total_memory()) * share));
 }
 
 MemoryDecision decide_memory(const ModelSpec& spec, Backend& backend, const MemoryFlags& flags) {
   return decide_memory(spec, !backend.host_memory(), weight_storage(spec, backend), backend.kv_dtype(),
-                       measured_memory_bytes(backend, flags.ranks), flags);
+                       measured_memory_bytes(backend, flags.ranks, flags.device_share), flags);
 }
 
 MemoryDecision decide_memory(const ModelSpec& spec, bool device_memory, WeightStorage weights, DType kv_element,

@@ -30,6 +30,7 @@ struct MemoryFlags {
   int ranks = 1;
   KvQuant kv_quant;  // --kv-quant: how the KV rows are stored
   size_t other_weight_bytes = 0;  // held beside the model's (a draft model's weights), per rank
+  double device_share = 1.0;      // --device-share: this server's share of the device (a --model-pool engine's)
 };
 
 struct MemoryDecision {
@@ -50,8 +51,9 @@ WeightStorage weight_storage(const ModelSpec& spec, const Backend& backend);
 uint32_t packed_affine_widths(const Backend& backend, bool experts);
 
 // What a rank of `backend`'s kind has now: a GPU's free memory, or the host's available
-// RAM split over `ranks` (they share it).
-size_t measured_memory_bytes(Backend& backend, int ranks);
+// RAM split over `ranks` (they share it). With `share` < 1 (serve --device-share, each engine
+// of a --model-pool), that share of it: of the GPU's whole memory, never more than is free.
+size_t measured_memory_bytes(Backend& backend, int ranks, double share = 1.0);
 
 // The decision for `spec` on `backend` (rank 0's; host ranks share one RAM). Throws
 // kettle::Error (kInvalidArgument) naming --memory-budget when it cannot hold the weights

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "util/error.h"
 
 namespace kettle {
@@ -56,7 +58,7 @@ std::vector<CachedModel> list_cached_models(const std::string& cache_dir) {
     const size_t sep = id.find("--");
     if (sep != std::string::npos) id = id.substr(0, sep) + "/" + id.substr(sep + 2);
     std::string folder = snapshot_of(entry.path());
-    if (!folder.empty()) out.push_back({id, folder});
+    if (!folder.empty()) out.push_back({id, folder, "hf-cache"});
   }
   std::sort(out.begin(), out.end(), [](const CachedModel& a, const CachedModel& b) { return a.id < b.id; });
   return out;
@@ -66,21 +68,30 @@ std::string resolve_model(const std::string& query, const std::string& cache_dir
   std::error_code ec;
   if (fs::is_directory(query, ec)) return query;
   const std::vector<CachedModel> models = list_cached_models(cache_dir);
+  return find_model(models, query, fmt::format("no such folder, and the local registry ({}, {} cached)", cache_dir,
+                                               models.size()))
+      .folder;
+}
+
+const CachedModel& find_model(const std::vector<CachedModel>& models, const std::string& query, const std::string& where) {
   const std::string q = lower(query);
+  for (const CachedModel& m : models)
+    if (lower(m.id) == q) return m;
   std::vector<const CachedModel*> matches;
   for (const CachedModel& m : models)
-    if (lower(m.id) == q) return m.folder;
-  for (const CachedModel& m : models)
     if (id_contains(m.id, query)) matches.push_back(&m);
-  if (matches.size() == 1) return matches[0]->folder;
-  if (matches.empty())
-    fail(ErrorCategory::kNotFound,
-         "model '{}': no such folder, and no model in the local registry ({}) matches it ({} cached)", query, cache_dir,
-         models.size());
+  if (matches.size() == 1) return *matches[0];
+  if (matches.empty()) fail(ErrorCategory::kNotFound, "model '{}': {} has no model of that name", query, where);
   std::string names;
   for (const CachedModel* m : matches) names += (names.empty() ? "" : ", ") + m->id;
-  fail(ErrorCategory::kInvalidArgument, "model '{}' matches {} cached models: {}; name one", query, matches.size(),
-       names);
+  fail(ErrorCategory::kInvalidArgument, "model '{}' matches {} models: {}; name one", query, matches.size(), names);
+}
+
+std::vector<CachedModel> list_local_models(const std::string& cache_dir, const std::vector<std::string>& models_dirs) {
+  std::vector<CachedModel> out = list_cached_models(cache_dir);
+  for (const std::string& dir : models_dirs)
+    for (CachedModel& m : list_models_dir(dir)) out.push_back(std::move(m));
+  return out;
 }
 
 bool id_contains(const std::string& id, const std::string& query) {
@@ -90,10 +101,10 @@ bool id_contains(const std::string& id, const std::string& query) {
 std::vector<CachedModel> list_models_dir(const std::string& dir) {
   std::vector<CachedModel> out;
   std::error_code ec;
-  if (fs::exists(fs::path(dir) / "config.json", ec)) out.push_back({fs::path(dir).filename().string(), dir});
+  if (fs::exists(fs::path(dir) / "config.json", ec)) out.push_back({fs::path(dir).filename().string(), dir, dir});
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.is_directory(ec) && fs::exists(entry.path() / "config.json", ec))
-      out.push_back({entry.path().filename().string(), entry.path().string()});
+      out.push_back({entry.path().filename().string(), entry.path().string(), dir});
   std::sort(out.begin(), out.end(), [](const CachedModel& a, const CachedModel& b) { return a.id < b.id; });
   return out;
 }

@@ -13,8 +13,9 @@
 namespace kettle {
 
 struct CachedModel {
-  std::string id;      // "org/name"
+  std::string id;      // "org/name" (a --models-dir model: its folder's path under the dir)
   std::string folder;  // the snapshot folder holding config.json
+  std::string source;  // "hf-cache", or the --models-dir it was found in
 };
 
 std::string hf_hub_cache_dir();
@@ -25,12 +26,20 @@ std::vector<CachedModel> list_cached_models(const std::string& cache_dir);
 // listing the candidates when the query is ambiguous.
 std::string resolve_model(const std::string& query, const std::string& cache_dir);
 
+// The one model of `models` a query names: its id exactly (case-insensitive), else the one id
+// containing it. Throws kettle::Error: kNotFound naming the query and `where`; kInvalidArgument
+// listing the candidates when the query is ambiguous.
+const CachedModel& find_model(const std::vector<CachedModel>& models, const std::string& query, const std::string& where);
+
 // Whether `id` contains `query`, case-insensitively (ASCII): how a query names models.
 bool id_contains(const std::string& id, const std::string& query);
 
 // The models under a --models-dir: each folder (the dir itself or a child, one level) that
 // holds a config.json, named by its path relative to dir; sorted by id.
 std::vector<CachedModel> list_models_dir(const std::string& dir);
+
+// Every local model: the hub cache's, then each --models-dir's (ls, serve --model-pool).
+std::vector<CachedModel> list_local_models(const std::string& cache_dir, const std::vector<std::string>& models_dirs);
 
 // What `kettle gc` may remove from the hub cache: snapshots no ref names (superseded by a
 // newer revision), blobs no remaining snapshot links to, and unfinished downloads.

@@ -5,10 +5,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <thread>
 
 #include "server/anthropic_protocol.h"
 #include "server/http/upstream.h"
+#include "server/json_reader.h"
 #include "server/openai_protocol.h"
 #include "util/log.h"
 
@@ -56,9 +58,9 @@ bool is_event_stream(const http::Response& head) {
 
 }  // namespace
 
-EngineProxy::EngineProxy(ProxyConfig config, EngineSupervisor& supervisor)
+EngineProxy::EngineProxy(ProxyConfig config, EnginePool& pool)
     : config_(std::move(config)),
-      supervisor_(supervisor),
+      pool_(pool),
       access_(config_.access),
       events_(
           config_.http, [this](std::shared_ptr<http::Exchange> exchange) { route(exchange); },
@@ -72,6 +74,7 @@ void EngineProxy::route(const std::shared_ptr<http::Exchange>& exchange) {
   const http::Request& req = ex.request();
   if (req.path == "/health" && (req.method == "GET" || req.method == "HEAD")) return answer_health(ex);
   if (req.path == "/engine" && (req.method == "GET" || req.method == "HEAD")) return answer_engine(ex);
+  if (pool_.route_by_model() && req.path == "/v1/models" && req.method == "GET") return answer_models(ex);
   if (draining_) return ex.reply(error_reply(engine_unavailable(503, "the server is shutting down"), req.path));
   {
     std::lock_guard lock(active_mutex_);
@@ -81,6 +84,8 @@ void EngineProxy::route(const std::shared_ptr<http::Exchange>& exchange) {
   const bool started = workers_.try_run([this, held] {
     try {
       relay(*held);
+    } catch (const ApiError& e) {  // the model named no local model, or no engine could take it
+      held->reply(error_reply(e, held->request().path));
     } catch (const std::exception& e) {
       held->reply(error_reply(ApiError(500, e.what()), held->request().path));
     }
@@ -97,26 +102,100 @@ void EngineProxy::route(const std::shared_ptr<http::Exchange>& exchange) {
   }
 }
 
-void EngineProxy::answer_health(http::Exchange& ex) {
-  const EngineStatus s = supervisor_.status();
-  const bool ok = s.state == EngineState::kReady && !draining_;
-  const char* status = draining_                            ? "draining"
-                       : s.state == EngineState::kReady    ? "ok"
-                       : s.state == EngineState::kStarting ? "loading"
-                                                           : engine_state_name(s.state);
-  ex.reply(json_reply(ok ? 200 : 503, fmt::format(R"({{"status":"{}","engine":{}}})", status, s.json())));
+namespace {
+
+nlohmann::json engine_json(const EnginePool::EngineView& e) {
+  nlohmann::json j = nlohmann::json::parse(e.status.json());
+  j["model"] = e.model.id;
+  j["folder"] = e.model.folder;
+  j["requests"] = e.active;
+  if (e.stopping) j["state"] = "stopping";
+  return j;
 }
 
-void EngineProxy::answer_engine(http::Exchange& ex) {
+}  // namespace
+
+void EngineProxy::answer_health(http::Exchange& ex) {
+  const std::vector<EnginePool::EngineView> engines = pool_.engines();
+  if (!pool_.route_by_model()) {  // --isolate: the one engine's state
+    EngineStatus s;
+    s.state = EngineState::kStopped;
+    if (!engines.empty()) s = engines.front().status;
+    const bool ok = s.state == EngineState::kReady && !draining_;
+    const char* status = draining_                            ? "draining"
+                         : s.state == EngineState::kReady    ? "ok"
+                         : s.state == EngineState::kStarting ? "loading"
+                                                             : engine_state_name(s.state);
+    return ex.reply(json_reply(ok ? 200 : 503, fmt::format(R"({{"status":"{}","engine":{}}})", status, s.json())));
+  }
+  // A model pool is healthy while an engine is ready (the others load on demand).
+  bool ready = false, loading = false;
+  nlohmann::json list = nlohmann::json::array();
+  for (const EnginePool::EngineView& e : engines) {
+    ready = ready || (e.status.state == EngineState::kReady && !e.stopping);
+    loading = loading || e.status.state == EngineState::kStarting || e.status.state == EngineState::kBackoff;
+    list.push_back(engine_json(e));
+  }
+  const bool ok = ready && !draining_;
+  const char* status = draining_ ? "draining" : ready ? "ok" : loading ? "loading" : "down";
+  ex.reply(json_reply(ok ? 200 : 503, nlohmann::json({{"status", status}, {"engines", list}}).dump()));
+}
+
+bool EngineProxy::allowed(http::Exchange& ex) {
   try {
     access_.check_site(ex.request());
     access_.authenticate(ex.request());
+    return true;
   } catch (const ApiError& e) {
-    http::Response r = error_reply(e, "/engine");
+    http::Response r = error_reply(e, ex.request().path);
     if (e.status() == 401) r.set_header("WWW-Authenticate", "Bearer");
-    return ex.reply(std::move(r));
+    ex.reply(std::move(r));
+    return false;
   }
-  ex.reply(json_reply(200, supervisor_.status().json()));
+}
+
+void EngineProxy::answer_engine(http::Exchange& ex) {
+  if (!allowed(ex)) return;
+  const std::vector<EnginePool::EngineView> engines = pool_.engines();
+  if (!pool_.route_by_model()) {
+    EngineStatus s;
+    s.state = EngineState::kStopped;
+    if (!engines.empty()) s = engines.front().status;
+    return ex.reply(json_reply(200, s.json()));
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const EnginePool::EngineView& e : engines) list.push_back(engine_json(e));
+  ex.reply(json_reply(200, nlohmann::json({{"capacity", pool_.capacity()}, {"engines", list}}).dump()));
+}
+
+// Every local model a request may name, as OpenAI's model list, each with what `kettle ls` says of it
+// (bytes, quantization, whether it fits an engine's share of the device) and whether an engine runs it now.
+void EngineProxy::answer_models(http::Exchange& ex) {
+  if (!allowed(ex)) return;
+  nlohmann::json rows = config_.local_model_rows ? config_.local_model_rows() : nlohmann::json::array();
+  std::vector<std::string> loaded;
+  for (const EnginePool::EngineView& e : pool_.engines())
+    if (!e.stopping) loaded.push_back(e.model.id);
+  nlohmann::json data = nlohmann::json::array();
+  for (const CachedModel& m : pool_.local_models()) {
+    nlohmann::json card = {{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "kettle"}};
+    for (const nlohmann::json& row : rows)
+      if (row.value("id", "") == m.id && row.value("folder", "") == m.folder)
+        for (const char* key : {"bytes", "arch", "parameters", "quantization", "context", "max_context", "fits", "error"})
+          if (row.contains(key)) card[key] = row[key];
+    card["loaded"] = std::find(loaded.begin(), loaded.end(), m.id) != loaded.end();
+    data.push_back(std::move(card));
+  }
+  ex.reply(json_reply(200, nlohmann::json({{"object", "list"}, {"data", data}}).dump()));
+}
+
+// A JSON body's top-level "model" (empty when there is none, or no pool routes by it).
+std::string EngineProxy::requested_model(const http::Request& req) const {
+  if (!pool_.route_by_model() || req.body.empty()) return "";
+  const nlohmann::ordered_json body = read_json(req.body);  // ApiError 400, as the engine would answer
+  if (!body.is_object()) return "";
+  const auto it = body.find("model");
+  return it != body.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 void EngineProxy::relay(http::Exchange& ex) {
@@ -124,19 +203,21 @@ void EngineProxy::relay(http::Exchange& ex) {
   const auto gone = [&ex] { return ex.client_gone(); };
   const bool retryable = (req.method == "GET" || req.method == "HEAD") && req.body.empty();
   const std::string bytes = http::Upstream::serialize(req);
+  const EnginePool::Lease lease = pool_.acquire(requested_model(req), config_.ready_wait_seconds, gone);
+  EngineSupervisor& supervisor = lease.supervisor();
   constexpr int kRefusedAttempts = 40;  // 10 s of refused connections while the supervisor catches up
   int refused_attempts = 0;
   bool retried = false;
   for (;;) {
-    if (!supervisor_.wait_ready(config_.ready_wait_seconds, gone)) {
-      const EngineStatus s = supervisor_.status();
+    if (!supervisor.wait_ready(config_.ready_wait_seconds, gone)) {
+      const EngineStatus s = supervisor.status();
       return ex.reply(error_reply(
           engine_unavailable(503, fmt::format("the engine is {}{}", engine_state_name(s.state),
                                               s.last_exit.empty() ? "" : fmt::format(" (its last child: {})", s.last_exit))),
           req.path));
     }
     std::string why;
-    std::unique_ptr<http::Upstream> up = http::Upstream::connect(supervisor_.socket(), why);
+    std::unique_ptr<http::Upstream> up = http::Upstream::connect(supervisor.socket(), why);
     http::Response head;
     if (up && up->send(bytes) && up->read_head(head, kNoTimeout, gone, req.method == "HEAD")) {
       if (up->sized() || req.method == "HEAD") {
@@ -188,7 +269,7 @@ void EngineProxy::relay(http::Exchange& ex) {
 void EngineProxy::shutdown(double child_seconds) {
   draining_ = true;
   events_.drain();
-  supervisor_.stop(child_seconds);  // the child drains its own requests, then exits
+  pool_.stop(child_seconds);  // each child drains its own requests, then exits
   {
     std::unique_lock lock(active_mutex_);
     active_changed_.wait_for(lock, std::chrono::seconds(5), [&] { return active_ == 0; });

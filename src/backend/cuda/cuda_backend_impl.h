@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
     return rows.quantized() ? rows.group % 8 == 0 : rows.element == DType::kF16;
   }
   size_t free_memory() override;
+  size_t total_memory() override;
   // Small copies (a step's token ids and positions, its logits or next id) go through
   // pinned memory, so they are true async DMAs rather than staged pageable copies.
   void to_device(void* dst, const void* src, size_t bytes) override;

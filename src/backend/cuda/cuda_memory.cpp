@@ -42,6 +42,12 @@ size_t CudaBackend::free_memory() {
   return free;
 }
 
+size_t CudaBackend::total_memory() {
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total;
+}
+
 // Small copies (a step's token ids and positions, its logits or next id) go through
 // pinned memory, so they are true async DMAs rather than staged pageable copies.
 void CudaBackend::to_device(void* dst, const void* src, size_t bytes) {

@@ -1,0 +1,150 @@
+#include "server/engine_pool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "server/api_error.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace kettle::server {
+namespace {
+
+constexpr auto kListingLifetime = std::chrono::seconds(2);  // a request's lookup re-reads the disk at most this often
+constexpr auto kPoll = std::chrono::milliseconds(100);
+
+std::string canonical(const std::string& folder) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(folder, ec);
+  return ec ? folder : p.string();
+}
+
+}  // namespace
+
+EnginePool::Lease::~Lease() {
+  if (pool_ && engine_) pool_->release(*engine_);
+}
+
+EnginePool::EnginePool(PoolConfig config) : config_(std::move(config)) {
+  config_.default_model.folder = canonical(config_.default_model.folder);
+}
+
+EnginePool::~EnginePool() { stop(5); }
+
+void EnginePool::start() {
+  std::lock_guard lock(mutex_);
+  launch(config_.default_model);
+}
+
+std::shared_ptr<PoolEngine> EnginePool::launch(const CachedModel& model) {
+  const std::string socket = fmt::format("{}/engine-{}.sock", config_.socket_dir, ++sockets_made_);
+  auto engine = std::make_shared<PoolEngine>();
+  engine->model = model;
+  engine->supervisor = std::make_unique<EngineSupervisor>(config_.command(model, socket), socket);
+  engine->last_used = Clock::now();
+  engine->supervisor->start();
+  engines_.push_back(engine);
+  log::info("engine pool: starting an engine for {} ({} of {})", model.id, engines_.size(), config_.capacity);
+  return engine;
+}
+
+void EnginePool::release(PoolEngine& engine) {
+  {
+    std::lock_guard lock(mutex_);
+    --engine.active;
+    engine.last_used = Clock::now();
+  }
+  changed_.notify_all();
+}
+
+std::vector<CachedModel> EnginePool::local_models() {
+  std::lock_guard lock(listing_mutex_);
+  const auto now = Clock::now();
+  if (listing_.empty() || now - listed_at_ > kListingLifetime) {
+    listing_ = {config_.default_model};
+    for (CachedModel& m : list_local_models(config_.hf_cache, config_.models_dirs))
+      if (canonical(m.folder) != config_.default_model.folder) listing_.push_back(std::move(m));
+    listed_at_ = now;
+  }
+  return listing_;
+}
+
+CachedModel EnginePool::resolve(const std::string& name) {
+  if (!config_.route_by_model || name.empty()) return config_.default_model;
+  try {
+    CachedModel m = find_model(local_models(), name, "the local registry (`kettle ls`)");
+    m.folder = canonical(m.folder);
+    return m;
+  } catch (const Error& e) {
+    if (e.category() == ErrorCategory::kNotFound) throw ApiError(404, e.what(), "model", "model_not_found");
+    throw ApiError(400, e.what(), "model");
+  }
+}
+
+EnginePool::Lease EnginePool::acquire(const std::string& name, double wait_seconds,
+                                      const std::function<bool()>& cancelled) {
+  const CachedModel model = resolve(name);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(wait_seconds);
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (stopped_) throw ApiError(503, "the server is shutting down", "", "engine_unavailable");
+    const auto same = std::find_if(engines_.begin(), engines_.end(),
+                                   [&](const auto& e) { return e->model.folder == model.folder; });
+    if (same != engines_.end() && !(*same)->stopping) {
+      ++(*same)->active;
+      (*same)->last_used = Clock::now();
+      return Lease(this, *same);
+    }
+    // The same model still stopping holds its disk tier and its memory: wait for it to go.
+    if (same == engines_.end() && static_cast<int>(engines_.size()) < config_.capacity) {
+      std::shared_ptr<PoolEngine> engine = launch(model);
+      ++engine->active;
+      return Lease(this, engine);
+    }
+    std::shared_ptr<PoolEngine> idle;
+    if (same == engines_.end())
+      for (const auto& e : engines_)
+        if (!e->stopping && e->active == 0 && (!idle || e->last_used < idle->last_used)) idle = e;
+    if (idle) {
+      idle->stopping = true;
+      log::info("engine pool: stopping {} (least recently used) to load {}", idle->model.id, model.id);
+      lock.unlock();
+      idle->supervisor->stop(config_.stop_seconds);
+      lock.lock();
+      std::erase(engines_, idle);
+      changed_.notify_all();
+      continue;
+    }
+    if (Clock::now() >= deadline || (cancelled && cancelled()))
+      throw ApiError(503,
+                     fmt::format("every engine of the pool ({}) is busy with other models' requests; retry shortly",
+                                 config_.capacity),
+                     "", "engine_unavailable");
+    changed_.wait_for(lock, kPoll);
+  }
+}
+
+std::vector<EnginePool::EngineView> EnginePool::engines() const {
+  std::lock_guard lock(mutex_);
+  std::vector<EngineView> out;
+  for (const auto& e : engines_) out.push_back({e->model, e->supervisor->status(), e->active, e->stopping});
+  return out;
+}
+
+void EnginePool::stop(double seconds) {
+  std::vector<std::shared_ptr<PoolEngine>> running;
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    running = engines_;
+  }
+  changed_.notify_all();
+  std::vector<std::thread> stoppers;  // every engine drains at once
+  for (const auto& e : running) stoppers.emplace_back([&e, seconds] { e->supervisor->stop(seconds); });
+  for (std::thread& t : stoppers) t.join();
+}
+
+}  // namespace kettle::server

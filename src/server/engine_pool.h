@@ -1,0 +1,107 @@
+// EnginePool: the engine children of `serve --isolate` and `serve --model-pool N`.
+// With --isolate alone the pool holds one engine, the command line's model, and
+// every request goes to it whatever its `model` field says. With --model-pool N,
+// a request's `model` (a local model's id exactly, else the one id containing it;
+// none: the command line's model) picks the engine: one already running, else
+// one started for it — after the least recently used engine that no request
+// holds is stopped (it drains; its prefix cache goes to the disk tier when one is
+// configured) if N are running. While every engine is busy, a request for
+// another model waits for one to be free, and gives up with 503 after a while.
+// A model is looked up only among the local models (the hub cache and
+// --models-dir), never as a path a client names.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/hf_cache.h"
+#include "server/engine_supervisor.h"
+
+namespace kettle::server {
+
+struct PoolConfig {
+  int capacity = 1;              // engines running at once
+  bool route_by_model = false;   // --model-pool: a request's `model` picks the engine
+  CachedModel default_model;     // the command line's model (id as served, folder)
+  std::string hf_cache;          // where requests' model names are looked up, with models_dirs
+  std::vector<std::string> models_dirs;
+  std::string socket_dir;        // private folder for the engines' sockets
+  // The child's command line serving `model` on `socket`.
+  std::function<std::vector<std::string>(const CachedModel& model, const std::string& socket)> command;
+  double stop_seconds = 30;      // an evicted engine's drain (and disk-tier write), then it is killed
+};
+
+// One engine of the pool.
+struct PoolEngine {
+  CachedModel model;
+  std::unique_ptr<EngineSupervisor> supervisor;
+  int active = 0;                                  // requests holding it
+  std::chrono::steady_clock::time_point last_used{};
+  bool stopping = false;                           // being evicted
+};
+
+class EnginePool {
+ public:
+  explicit EnginePool(PoolConfig config);
+  ~EnginePool();  // stops every engine
+
+  // A request's hold on an engine: while held, the engine is not evicted.
+  class Lease {
+   public:
+    Lease(EnginePool* pool, std::shared_ptr<PoolEngine> engine) : pool_(pool), engine_(std::move(engine)) {}
+    Lease(Lease&& other) noexcept : pool_(other.pool_), engine_(std::move(other.engine_)) { other.pool_ = nullptr; }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease();
+    EngineSupervisor& supervisor() const { return *engine_->supervisor; }
+    const CachedModel& model() const { return engine_->model; }
+
+   private:
+    EnginePool* pool_;
+    std::shared_ptr<PoolEngine> engine_;
+  };
+
+  // Starts the command line's model's engine.
+  void start();
+  // The engine for a request naming `model` (empty: the command line's), started on demand.
+  // Throws ApiError: 404 model_not_found (no local model of that name), 400 (ambiguous), 503
+  // (every engine busy for `wait_seconds`, the pool stopping, or cancelled() said so).
+  Lease acquire(const std::string& model, double wait_seconds, const std::function<bool()>& cancelled);
+  bool route_by_model() const { return config_.route_by_model; }
+  int capacity() const { return config_.capacity; }
+
+  struct EngineView {
+    CachedModel model;
+    EngineStatus status;
+    int active = 0;
+    bool stopping = false;
+  };
+  std::vector<EngineView> engines() const;
+  // Every local model a request may name (the command line's first), re-read at most every few seconds.
+  std::vector<CachedModel> local_models();
+  // No new engines; each running one is stopped (drained, up to `seconds`).
+  void stop(double seconds);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  CachedModel resolve(const std::string& name);
+  std::shared_ptr<PoolEngine> launch(const CachedModel& model);  // under mutex_
+  void release(PoolEngine& engine);
+
+  PoolConfig config_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::shared_ptr<PoolEngine>> engines_;
+  int sockets_made_ = 0;
+  bool stopped_ = false;
+  std::mutex listing_mutex_;
+  std::vector<CachedModel> listing_;
+  Clock::time_point listed_at_{};
+};
+
+}  // namespace kettle::server
