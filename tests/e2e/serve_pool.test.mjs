@@ -132,3 +132,22 @@ test('SIGTERM to a pool\'s parent stops every engine child, then it exits 0', as
   assert.deepEqual(await server.exit, { code: 0, signal: null });
   for (const pid of pids) assert.throws(() => process.kill(pid, 0), 'the engine child is gone');
 });
+
+test('--served-model-name names the model in /v1/models and in answers', async () => {
+  const server = await startServer([join(modelsDir, 'kettle-demo-draft'), '--no-open', '--served-model-name', 'house-model']);
+  running.push(server);
+  const list = await (await fetch(`${server.base}/v1/models`)).json();
+  assert.deepEqual(list.data.map((m) => m.id), ['house-model']);
+  assert.equal((await chat(server.base, 'house-model', 'hello')).model, 'house-model');
+});
+
+test('ls --device-share: the memory each model is fitted against is that share of what the device has', () => {
+  const ls = (args) => JSON.parse(execFileSync(kettle, ['ls', '--json', '--device', 'cpu', '--models-dir', modelsDir, ...args],
+    { env: { ...process.env, HF_HUB_CACHE: join(root, 'empty-hub') } }).toString());
+  const whole = ls([]);
+  const quarter = ls(['--device-share', '0.25']);
+  const ratio = quarter.device_bytes / whole.device_bytes;
+  assert.ok(ratio > 0.2 && ratio < 0.3, `a quarter of the available RAM: ${ratio}`);
+  assert.deepEqual(quarter.models.map((m) => m.id).sort(), models.slice().sort());
+  assert.throws(() => ls(['--device-share', '2']), /device-share/);
+});
