@@ -283,10 +283,33 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
   uint8_t* v_stage = k_stage + key_stage.bytes(kWarp);
   int64_t j0 = chunk_begin + warp * kWarp;
   while (j0 < end && j0 + kWarp <= begin) j0 += kChunk;  // tiles wholly before the window
+  // Affine rows of 8, 4 or 2 bits in heads of 128 (the common cases) staged and decoded with their shape known.
+  const int affine_bits = kRead == KvRead::kStaged ? kv_staged_affine_h128_bits(kv.key_codec, kv.value_codec, hd) : 0;
+  const auto stage_matrix = [&](const void* base, const KvRowCodec& c, int64_t row_bytes, const int64_t* rows,
+                                uint8_t* staged) {
+    if (affine_bits == 8)
+      stage_tile_affine_h128<8>(base, c, row_bytes, kv.ld, rows, head_offset, staged, lane);
+    else if (affine_bits == 4)
+      stage_tile_affine_h128<4>(base, c, row_bytes, kv.ld, rows, head_offset, staged, lane);
+    else if (affine_bits == 2)
+      stage_tile_affine_h128<2>(base, c, row_bytes, kv.ld, rows, head_offset, staged, lane);
+    else
+      stage_tile(base, c, row_bytes, kv.ld, rows, kWarp, head_offset, hd, staged, lane);
+  };
+  const auto decode_matrix = [&](const KvRowCodec& c, const uint8_t* staged, const int64_t* rows, __half* tile) {
+    if (affine_bits == 8)
+      decode_staged_affine_h128<8>(c, staged, rows, stride, tile, lane);
+    else if (affine_bits == 4)
+      decode_staged_affine_h128<4>(c, staged, rows, stride, tile, lane);
+    else if (affine_bits == 2)
+      decode_staged_affine_h128<2>(c, staged, rows, stride, tile, lane);
+    else
+      decode_staged(c, staged, rows, kWarp, hd, stride, tile, lane);
+  };
   const auto stage = [&](int64_t tile, int64_t* rows) {
     tile_rows<false>(kv, table, head_offset, tile, begin, end, rows, lane);
-    stage_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, k_stage, lane);
-    stage_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, v_stage, lane);
+    stage_matrix(kv.k, kv.key_codec, kv.key_row_bytes, rows, k_stage);
+    stage_matrix(kv.v, kv.value_codec, kv.value_row_bytes, rows, v_stage);
     copies_commit();
   };
   if constexpr (kRead == KvRead::kStaged)
@@ -314,8 +337,8 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
       const int64_t* rows = sm_row[warp][buffer];
       copies_wait<0>();
       __syncwarp();
-      decode_staged(kv.key_codec, k_stage, rows, kWarp, hd, stride, k_tile, lane);
-      decode_staged(kv.value_codec, v_stage, rows, kWarp, hd, stride, v_tile, lane);
+      decode_matrix(kv.key_codec, k_stage, rows, k_tile);
+      decode_matrix(kv.value_codec, v_stage, rows, v_tile);
       __syncwarp();  // the staging area is free, the f16 tiles are whole
       if (j0 + kChunk < end) stage(j0 + kChunk, sm_row[warp][buffer ^ 1]);
       fold_tile<KT>(p, group, hd, q_hi, q_lo, j0, begin, end, k_tile, v_tile, lane, st);

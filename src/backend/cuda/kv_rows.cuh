@@ -268,4 +268,88 @@ __device__ __forceinline__ void decode_staged(const KvRowCodec& c, const uint8_t
   }
 }
 
+// --- the common case at compile time: affine rows of 8, 4 or 2 bits, heads of 128 ---
+// A lane's pieces of a 32-key tile are keys lane / 8 + 4 i (i < 8), each at piece lane % 8 of
+// its head (2B bytes of codes); the same copies and the same values as stage_tile and
+// decode_staged, without their divisions by the shape, each code made a float by putting it
+// under 2^23's bits (0x4B000000 | q is 2^23 + q exactly) where the generic path converts an
+// integer, and the parameters by the hardware's exact f16 conversion.
+
+// The bits (8, 4 or 2) when keys and values are affine rows of heads of 128 with the same
+// bits and groups; 0 otherwise.
+__host__ __device__ inline int kv_staged_affine_h128_bits(const KvRowCodec& key, const KvRowCodec& value, int hd) {
+  const bool same = hd == 128 && key.format == KvRowCodec::Format::kAffine && value.format == key.format &&
+                    key.bits == value.bits && key.group == value.group && key.group >= 16 && key.group_param_bytes() == 4 &&
+                    value.group_param_bytes() == 4;
+  return same && (key.bits == 8 || key.bits == 4 || key.bits == 2) ? key.bits : 0;
+}
+
+template <int B>
+__device__ __forceinline__ void stage_tile_affine_h128(const void* base, const KvRowCodec& c, int64_t row_bytes,
+                                                       int64_t width, const int64_t* rows, int64_t head_offset,
+                                                       uint8_t* stage, int lane) {
+  constexpr int kCodeBytes = 16 * B, kUnit = 2 * B, kKeys = 32;
+  const uint8_t* b = static_cast<const uint8_t*>(base) + head_offset * B / 8 + (lane % 8) * kUnit;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int key = lane / 8 + 4 * i;
+    if (rows[key] >= 0) copy_async(stage + key * kCodeBytes + (lane % 8) * kUnit, b + rows[key] * row_bytes, kUnit);
+  }
+  const int groups = 128 / c.group;
+  uint8_t* params = stage + kKeys * kCodeBytes;
+  const int64_t param_region = static_cast<int64_t>(c.code_bytes(width)) + head_offset / c.group * 4;
+  for (int i = lane; i < kKeys * groups; i += 32) {
+    const int key = i / groups, g = i % groups;
+    if (rows[key] >= 0)
+      copy_async(params + i * 4, static_cast<const uint8_t*>(base) + rows[key] * row_bytes + param_region + g * 4, 4);
+  }
+}
+
+template <int B>
+__device__ __forceinline__ void decode_staged_affine_h128(const KvRowCodec& c, const uint8_t* stage, const int64_t* rows,
+                                                          int stride, __half* tile, int lane) {
+  constexpr int kCodeBytes = 16 * B, kUnit = 2 * B, kKeys = 32;
+  constexpr uint32_t kMask = (1u << B) - 1;
+  const int groups = 128 / c.group, part = lane % 8, group_of_part = part * 16 / c.group;
+  const uint8_t* params = stage + kKeys * kCodeBytes;
+#pragma unroll 2
+  for (int i = 0; i < 8; ++i) {
+    const int key = lane / 8 + 4 * i;
+    uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (rows[key] >= 0) {
+      const uint8_t* at = stage + key * kCodeBytes + part * kUnit;
+      uint32_t words[4];
+      if constexpr (B == 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(at);
+        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+      } else if constexpr (B == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(at);
+        words[0] = v.x, words[1] = v.y;
+      } else {
+        words[0] = *reinterpret_cast<const uint32_t*>(at);
+      }
+      const uint32_t param = *reinterpret_cast<const uint32_t*>(params + (key * groups + group_of_part) * 4);
+      const float s = __half2float(__ushort_as_half(static_cast<unsigned short>(param))),
+                  b = __half2float(__ushort_as_half(static_cast<unsigned short>(param >> 16)));
+#pragma unroll
+      for (int e = 0; e < 16; e += 2) {
+        float v[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int bit = (e + k) * B;
+          // 8 bits: the code's byte permuted under 0x4B's (one instruction); else shifted and masked.
+          const uint32_t f = B == 8 ? __byte_perm(words[bit / 32], 0x4B000000u, 0x7540u + (bit % 32) / 8)
+                                    : 0x4B000000u | ((words[bit / 32] >> (bit % 32)) & kMask);
+          v[k] = __fadd_rn(__fmul_rn(s, __uint_as_float(f) - 8388608.0f), b);
+        }
+        const __half2 h = __floats2half2_rn(v[0], v[1]);
+        w[e / 2] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+    }
+    __half* dst = tile + key * stride + part * 16;
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+}
+
 }  // namespace kettle::cuda
