@@ -251,7 +251,7 @@ std::vector<std::string> child_command_line(const ServeFlags& flags, const std::
 
 // A --model-pool engine's command line: `model`'s folder under its id, with its share of the device and
 // its own disk-tier folder (a disk tier is one server's).
-std::vector<std::string> pool_child_command_line(const ServeFlags& flags, const CachedModel& model,
+std::vector<std::string> pool_child_command_line(const ServeFlags& flags, const server::PoolModel& model,
                                                  const std::string& socket) {
   std::vector<std::string> args = {"kettle", "serve", "--", model.folder};
   const std::set<std::string> parents = {"--isolate", "--unix", "--model-pool", "--models-dir", "--device-share",
@@ -306,10 +306,26 @@ std::function<nlohmann::json()> local_model_rows(const ServeFlags& flags, const 
 }
 
 // The pool's default engine: the command line's model, under its registry id when it is one.
-CachedModel default_pool_model(const ServeFlags& flags) {
+server::PoolModel default_pool_model(const ServeFlags& flags) {
   const std::string folder = model_or_default(flags.model);
-  if (flags.model.empty() || std::filesystem::is_directory(flags.model)) return {model_folder_name(folder), folder, folder};
-  return find_model(list_local_models(hf_hub_cache_dir(), flags.models_dirs), flags.model, "the local registry");
+  if (flags.model.empty() || std::filesystem::is_directory(flags.model)) return {model_folder_name(folder), folder};
+  const CachedModel m = find_model(list_local_models(hf_hub_cache_dir(), flags.models_dirs), flags.model, "the local registry");
+  return {m.id, m.folder};
+}
+
+// The registry a pool routes by: the hub cache and each --models-dir, a name found as `kettle ls` finds it.
+void set_pool_registry(server::PoolConfig& pool, const ServeFlags& flags) {
+  pool.list_models = [dirs = flags.models_dirs] {
+    std::vector<server::PoolModel> out;
+    for (const CachedModel& m : list_local_models(hf_hub_cache_dir(), dirs)) out.push_back({m.id, m.folder});
+    return out;
+  };
+  pool.find_model = [](const std::vector<server::PoolModel>& models, const std::string& name) {
+    std::vector<CachedModel> cached;
+    for (const server::PoolModel& m : models) cached.push_back({m.id, m.folder, ""});
+    const CachedModel& m = find_model(cached, name, "the local registry (`kettle ls`)");
+    return server::PoolModel{m.id, m.folder};
+  };
 }
 
 // serve --isolate: this process binds the port and relays to an engine child it supervises;
@@ -337,11 +353,10 @@ int run_isolated(const ServeFlags& flags) {
   pool_config.route_by_model = flags.model_pool > 0;
   pool_config.capacity = std::max(1, flags.model_pool);
   pool_config.default_model = pool_config.route_by_model ? default_pool_model(flags)
-                                                         : CachedModel{flags.model, flags.model, ""};
-  pool_config.hf_cache = hf_hub_cache_dir();
-  pool_config.models_dirs = flags.models_dirs;
+                                                         : server::PoolModel{flags.model, flags.model};
+  if (pool_config.route_by_model) set_pool_registry(pool_config, flags);
   pool_config.socket_dir = dir;
-  pool_config.command = [&flags](const CachedModel& model, const std::string& socket) {
+  pool_config.command = [&flags](const server::PoolModel& model, const std::string& socket) {
     return flags.model_pool > 0 ? pool_child_command_line(flags, model, socket) : child_command_line(flags, socket);
   };
   pool_config.stop_seconds = flags.drain_seconds + (flags.ssd_cache.empty() ? 0.0 : flags.shutdown_seconds) + 10.0;

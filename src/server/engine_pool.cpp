@@ -39,7 +39,7 @@ void EnginePool::start() {
   launch(config_.default_model);
 }
 
-std::shared_ptr<PoolEngine> EnginePool::launch(const CachedModel& model) {
+std::shared_ptr<PoolEngine> EnginePool::launch(const PoolModel& model) {
   const std::string socket = fmt::format("{}/engine-{}.sock", config_.socket_dir, ++sockets_made_);
   auto engine = std::make_shared<PoolEngine>();
   engine->model = model;
@@ -60,22 +60,22 @@ void EnginePool::release(PoolEngine& engine) {
   changed_.notify_all();
 }
 
-std::vector<CachedModel> EnginePool::local_models() {
+std::vector<PoolModel> EnginePool::local_models() {
   std::lock_guard lock(listing_mutex_);
   const auto now = Clock::now();
   if (listing_.empty() || now - listed_at_ > kListingLifetime) {
     listing_ = {config_.default_model};
-    for (CachedModel& m : list_local_models(config_.hf_cache, config_.models_dirs))
+    for (PoolModel& m : config_.list_models ? config_.list_models() : std::vector<PoolModel>{})
       if (canonical(m.folder) != config_.default_model.folder) listing_.push_back(std::move(m));
     listed_at_ = now;
   }
   return listing_;
 }
 
-CachedModel EnginePool::resolve(const std::string& name) {
+PoolModel EnginePool::resolve(const std::string& name) {
   if (!config_.route_by_model || name.empty()) return config_.default_model;
   try {
-    CachedModel m = find_model(local_models(), name, "the local registry (`kettle ls`)");
+    PoolModel m = config_.find_model(local_models(), name);
     m.folder = canonical(m.folder);
     return m;
   } catch (const Error& e) {
@@ -86,7 +86,7 @@ CachedModel EnginePool::resolve(const std::string& name) {
 
 EnginePool::Lease EnginePool::acquire(const std::string& name, double wait_seconds,
                                       const std::function<bool()>& cancelled) {
-  const CachedModel model = resolve(name);
+  const PoolModel model = resolve(name);
   const auto deadline = Clock::now() + std::chrono::duration<double>(wait_seconds);
   std::unique_lock lock(mutex_);
   for (;;) {

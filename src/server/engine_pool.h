@@ -8,7 +8,7 @@
 // configured) if N are running. While every engine is busy, a request for
 // another model waits for one to be free, and gives up with 503 after a while.
 // A model is looked up only among the local models (the hub cache and
-// --models-dir), never as a path a client names.
+// --models-dir, as the cli lists them), never as a path a client names.
 #pragma once
 
 #include <chrono>
@@ -19,26 +19,33 @@
 #include <string>
 #include <vector>
 
-#include "model/hf_cache.h"
 #include "server/engine_supervisor.h"
 
 namespace kettle::server {
 
+// A model an engine serves: its id as requests name it, and its folder.
+struct PoolModel {
+  std::string id;
+  std::string folder;
+};
+
 struct PoolConfig {
   int capacity = 1;              // engines running at once
   bool route_by_model = false;   // --model-pool: a request's `model` picks the engine
-  CachedModel default_model;     // the command line's model (id as served, folder)
-  std::string hf_cache;          // where requests' model names are looked up, with models_dirs
-  std::vector<std::string> models_dirs;
+  PoolModel default_model;       // the command line's model
+  // Every local model (the registry: cli reads it), and the one of them a request's name means
+  // (throws kettle::Error: kNotFound, or kInvalidArgument when ambiguous).
+  std::function<std::vector<PoolModel>()> list_models;
+  std::function<PoolModel(const std::vector<PoolModel>& models, const std::string& name)> find_model;
   std::string socket_dir;        // private folder for the engines' sockets
   // The child's command line serving `model` on `socket`.
-  std::function<std::vector<std::string>(const CachedModel& model, const std::string& socket)> command;
+  std::function<std::vector<std::string>(const PoolModel& model, const std::string& socket)> command;
   double stop_seconds = 30;      // an evicted engine's drain (and disk-tier write), then it is killed
 };
 
 // One engine of the pool.
 struct PoolEngine {
-  CachedModel model;
+  PoolModel model;
   std::unique_ptr<EngineSupervisor> supervisor;
   int active = 0;                                  // requests holding it
   std::chrono::steady_clock::time_point last_used{};
@@ -59,7 +66,7 @@ class EnginePool {
     Lease& operator=(const Lease&) = delete;
     ~Lease();
     EngineSupervisor& supervisor() const { return *engine_->supervisor; }
-    const CachedModel& model() const { return engine_->model; }
+    const PoolModel& model() const { return engine_->model; }
 
    private:
     EnginePool* pool_;
@@ -76,21 +83,21 @@ class EnginePool {
   int capacity() const { return config_.capacity; }
 
   struct EngineView {
-    CachedModel model;
+    PoolModel model;
     EngineStatus status;
     int active = 0;
     bool stopping = false;
   };
   std::vector<EngineView> engines() const;
   // Every local model a request may name (the command line's first), re-read at most every few seconds.
-  std::vector<CachedModel> local_models();
+  std::vector<PoolModel> local_models();
   // No new engines; each running one is stopped (drained, up to `seconds`).
   void stop(double seconds);
 
  private:
   using Clock = std::chrono::steady_clock;
-  CachedModel resolve(const std::string& name);
-  std::shared_ptr<PoolEngine> launch(const CachedModel& model);  // under mutex_
+  PoolModel resolve(const std::string& name);
+  std::shared_ptr<PoolEngine> launch(const PoolModel& model);  // under mutex_
   void release(PoolEngine& engine);
 
   PoolConfig config_;
@@ -100,7 +107,7 @@ class EnginePool {
   int sockets_made_ = 0;
   bool stopped_ = false;
   std::mutex listing_mutex_;
-  std::vector<CachedModel> listing_;
+  std::vector<PoolModel> listing_;
   Clock::time_point listed_at_{};
 };
 

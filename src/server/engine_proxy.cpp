@@ -177,7 +177,7 @@ void EngineProxy::answer_models(http::Exchange& ex) {
   for (const EnginePool::EngineView& e : pool_.engines())
     if (!e.stopping) loaded.push_back(e.model.id);
   nlohmann::json data = nlohmann::json::array();
-  for (const CachedModel& m : pool_.local_models()) {
+  for (const PoolModel& m : pool_.local_models()) {
     nlohmann::json card = {{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "kettle"}};
     for (const nlohmann::json& row : rows)
       if (row.value("id", "") == m.id && row.value("folder", "") == m.folder)
