@@ -307,8 +307,10 @@ std::function<nlohmann::json()> local_model_rows(const ServeFlags& flags, const 
 
 // The pool's default engine: the command line's model, under its registry id when it is one.
 server::PoolModel default_pool_model(const ServeFlags& flags) {
-  const std::string folder = model_or_default(flags.model);
-  if (flags.model.empty() || std::filesystem::is_directory(flags.model)) return {model_folder_name(folder), folder};
+  if (flags.model.empty() || std::filesystem::is_directory(flags.model)) {
+    const std::string folder = model_or_default(flags.model);
+    return {model_folder_name(folder), folder};
+  }
   const CachedModel m = find_model(list_local_models(hf_hub_cache_dir(), flags.models_dirs), flags.model, "the local registry");
   return {m.id, m.folder};
 }

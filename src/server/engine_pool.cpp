@@ -16,20 +16,20 @@ namespace {
 constexpr auto kListingLifetime = std::chrono::seconds(2);  // a request's lookup re-reads the disk at most this often
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
-std::string canonical(const std::string& folder) {
+}  // namespace
+
+std::string canonical_folder(const std::string& folder) {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::weakly_canonical(folder, ec);
   return ec ? folder : p.string();
 }
-
-}  // namespace
 
 EnginePool::Lease::~Lease() {
   if (pool_ && engine_) pool_->release(*engine_);
 }
 
 EnginePool::EnginePool(PoolConfig config) : config_(std::move(config)) {
-  config_.default_model.folder = canonical(config_.default_model.folder);
+  config_.default_model.folder = canonical_folder(config_.default_model.folder);
 }
 
 EnginePool::~EnginePool() { stop(5); }
@@ -66,7 +66,7 @@ std::vector<PoolModel> EnginePool::local_models() {
   if (listing_.empty() || now - listed_at_ > kListingLifetime) {
     listing_ = {config_.default_model};
     for (PoolModel& m : config_.list_models ? config_.list_models() : std::vector<PoolModel>{})
-      if (canonical(m.folder) != config_.default_model.folder) listing_.push_back(std::move(m));
+      if (canonical_folder(m.folder) != config_.default_model.folder) listing_.push_back(std::move(m));
     listed_at_ = now;
   }
   return listing_;
@@ -76,7 +76,7 @@ PoolModel EnginePool::resolve(const std::string& name) {
   if (!config_.route_by_model || name.empty()) return config_.default_model;
   try {
     PoolModel m = config_.find_model(local_models(), name);
-    m.folder = canonical(m.folder);
+    m.folder = canonical_folder(m.folder);
     return m;
   } catch (const Error& e) {
     if (e.category() == ErrorCategory::kNotFound) throw ApiError(404, e.what(), "model", "model_not_found");

@@ -29,6 +29,9 @@ struct PoolModel {
   std::string folder;
 };
 
+// A folder's canonical path (as given when it has none): how the pool tells two names of one model apart.
+std::string canonical_folder(const std::string& folder);
+
 struct PoolConfig {
   int capacity = 1;              // engines running at once
   bool route_by_model = false;   // --model-pool: a request's `model` picks the engine

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include "server/anthropic_protocol.h"
@@ -172,17 +173,20 @@ void EngineProxy::answer_engine(http::Exchange& ex) {
 // (bytes, quantization, whether it fits an engine's share of the device) and whether an engine runs it now.
 void EngineProxy::answer_models(http::Exchange& ex) {
   if (!allowed(ex)) return;
-  nlohmann::json rows = config_.local_model_rows ? config_.local_model_rows() : nlohmann::json::array();
+  const nlohmann::json rows = config_.local_model_rows ? config_.local_model_rows() : nlohmann::json::array();
+  std::map<std::string, const nlohmann::json*> by_folder;  // the rows by their folders' canonical paths
+  for (const nlohmann::json& row : rows)
+    if (row.is_object() && row.contains("folder") && row["folder"].is_string())
+      by_folder.emplace(canonical_folder(row["folder"].get<std::string>()), &row);
   std::vector<std::string> loaded;
   for (const EnginePool::EngineView& e : pool_.engines())
     if (!e.stopping) loaded.push_back(e.model.id);
   nlohmann::json data = nlohmann::json::array();
   for (const PoolModel& m : pool_.local_models()) {
     nlohmann::json card = {{"id", m.id}, {"object", "model"}, {"created", 0}, {"owned_by", "kettle"}};
-    for (const nlohmann::json& row : rows)
-      if (row.value("id", "") == m.id && row.value("folder", "") == m.folder)
-        for (const char* key : {"bytes", "arch", "parameters", "quantization", "context", "max_context", "fits", "error"})
-          if (row.contains(key)) card[key] = row[key];
+    if (const auto row = by_folder.find(canonical_folder(m.folder)); row != by_folder.end())
+      for (const char* key : {"bytes", "arch", "parameters", "quantization", "context", "max_context", "fits", "error"})
+        if (row->second->contains(key)) card[key] = (*row->second)[key];
     card["loaded"] = std::find(loaded.begin(), loaded.end(), m.id) != loaded.end();
     data.push_back(std::move(card));
   }
