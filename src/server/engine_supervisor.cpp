@@ -208,6 +208,9 @@ EngineStatus EngineSupervisor::status() const {
 }
 
 void EngineSupervisor::stop(double seconds) {
+  // One stop at a time (a pool evicting this engine while the server shuts down): a second
+  // waits for the first and finds nothing left to do.
+  std::lock_guard stopping(stop_mutex_);
   int pid = 0;
   {
     std::lock_guard lock(mutex_);

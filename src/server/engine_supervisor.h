@@ -46,6 +46,7 @@ class EngineSupervisor {
   EngineStatus status() const;
   const std::string& socket() const { return socket_; }
   // No more restarts; SIGTERM to the child and up to `seconds` for it to exit, then SIGKILL.
+  // Safe from several threads at once.
   void stop(double seconds);
 
  private:
@@ -60,6 +61,7 @@ class EngineSupervisor {
   std::vector<std::string> argv_;
   std::string socket_;
   mutable std::mutex mutex_;
+  std::mutex stop_mutex_;  // held through stop()
   std::condition_variable changed_;
   EngineState state_ = EngineState::kStarting;
   int pid_ = 0;
