@@ -36,7 +36,7 @@ uint32_t packed_affine_widths(const Backend& backend, bool experts) {
 size_t measured_memory_bytes(Backend& backend, int ranks, double share) {
   if (backend.host_memory())
     return static_cast<size_t>(static_cast<double>(available_memory_bytes() / static_cast<size_t>(std::max(1, ranks))) *
-                               std::min(share, 1.0));
+                               share);
   const size_t free = backend.free_memory();
   if (share >= 1.0) return free;
   return std::min(free, static_cast<size_t>(static_cast<double>(backend.total_memory()) * share));

@@ -69,7 +69,6 @@ class EnginePool {
     Lease& operator=(const Lease&) = delete;
     ~Lease();
     EngineSupervisor& supervisor() const { return *engine_->supervisor; }
-    const PoolModel& model() const { return engine_->model; }
 
    private:
     EnginePool* pool_;

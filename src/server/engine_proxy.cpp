@@ -114,14 +114,20 @@ nlohmann::json engine_json(const EnginePool::EngineView& e) {
   return j;
 }
 
+// --isolate's one engine's status (stopped before it exists).
+EngineStatus only_engine_status(const std::vector<EnginePool::EngineView>& engines) {
+  EngineStatus s;
+  s.state = EngineState::kStopped;
+  if (!engines.empty()) s = engines.front().status;
+  return s;
+}
+
 }  // namespace
 
 void EngineProxy::answer_health(http::Exchange& ex) {
   const std::vector<EnginePool::EngineView> engines = pool_.engines();
   if (!pool_.route_by_model()) {  // --isolate: the one engine's state
-    EngineStatus s;
-    s.state = EngineState::kStopped;
-    if (!engines.empty()) s = engines.front().status;
+    const EngineStatus s = only_engine_status(engines);
     const bool ok = s.state == EngineState::kReady && !draining_;
     const char* status = draining_                            ? "draining"
                          : s.state == EngineState::kReady    ? "ok"
@@ -158,12 +164,7 @@ bool EngineProxy::allowed(http::Exchange& ex) {
 void EngineProxy::answer_engine(http::Exchange& ex) {
   if (!allowed(ex)) return;
   const std::vector<EnginePool::EngineView> engines = pool_.engines();
-  if (!pool_.route_by_model()) {
-    EngineStatus s;
-    s.state = EngineState::kStopped;
-    if (!engines.empty()) s = engines.front().status;
-    return ex.reply(json_reply(200, s.json()));
-  }
+  if (!pool_.route_by_model()) return ex.reply(json_reply(200, only_engine_status(engines).json()));
   nlohmann::json list = nlohmann::json::array();
   for (const EnginePool::EngineView& e : engines) list.push_back(engine_json(e));
   ex.reply(json_reply(200, nlohmann::json({{"capacity", pool_.capacity()}, {"engines", list}}).dump()));
