@@ -6,13 +6,10 @@
 // Quantized rows (tensor/kv_codec.h) are decoded as they are read — a prompt
 // chunk's rows once for the whole chunk, a decode's row by row; rotated values
 // are summed as stored and the output un-rotated once per head.
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -21,43 +18,45 @@
 namespace kettle::cpu {
 namespace {
 
+// Eight floats: one AVX register, two SSE ones (GCC splits the vector where the target is
+// narrower); each lane is multiplied, then added, as the scalar loop rounds.
+typedef float Lanes8 __attribute__((vector_size(32)));
+
 // Eight independent lanes (lane j sums the products of elements 8i + j), combined in a
-// fixed order: the same bits with SSE registers (two of four lanes, a multiply then an add,
-// as the scalar loop rounds) as without.
-inline float dot(const float* a, const float* b, int n) {
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// fixed order: the same bits in AVX registers, SSE ones or none.
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, int n) {
+  Lanes8 lanes = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
-#if defined(__SSE2__)
-  __m128 lo = _mm_setzero_ps(), hi = _mm_setzero_ps();
   for (; i + 8 <= n; i += 8) {
-    lo = _mm_add_ps(lo, _mm_mul_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
-    hi = _mm_add_ps(hi, _mm_mul_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)));
+    Lanes8 x, y;
+    std::memcpy(&x, a + i, sizeof x);
+    std::memcpy(&y, b + i, sizeof y);
+    const Lanes8 product = x * y;
+    lanes = lanes + product;
   }
-  _mm_storeu_ps(lanes, lo);
-  _mm_storeu_ps(lanes + 4, hi);
-#else
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += a[i + j] * b[i + j];
-#endif
   float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
 
-// y += a · x, element by element (a multiply then an add, with SSE or without).
-inline void axpy(float* y, float a, const float* x, int n) {
+// y += a · x, element by element (a multiply then an add, eight at a time or one).
+[[gnu::always_inline]] inline void axpy(float* y, float a, const float* x, int n) {
   int i = 0;
-#if defined(__SSE2__)
-  const __m128 va = _mm_set1_ps(a);
-  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_add_ps(_mm_loadu_ps(y + i), _mm_mul_ps(va, _mm_loadu_ps(x + i))));
-#endif
+  for (; i + 8 <= n; i += 8) {
+    Lanes8 xi, yi;
+    std::memcpy(&xi, x + i, sizeof xi);
+    std::memcpy(&yi, y + i, sizeof yi);
+    const Lanes8 product = a * xi;
+    yi = yi + product;
+    std::memcpy(y + i, &yi, sizeof yi);
+  }
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
 // fn(j, row) for keys j = 0 .. count - 1 of query t, key j at logical row first + j: the
 // block table read (page_row) once per block, not once per key.
 template <typename Fn>
-void for_each_kv_row(const KvPages& kv, int64_t t, int64_t first, int64_t count, Fn&& fn) {
+[[gnu::always_inline]] inline void for_each_kv_row(const KvPages& kv, int64_t t, int64_t first, int64_t count, Fn&& fn) {
   for (int64_t j = 0; j < count;) {
     const int64_t base = page_row(kv, t, first + j);
     const int64_t run = std::min<int64_t>(kv.block_size - (first + j) % kv.block_size, count - j);
@@ -137,56 +136,78 @@ namespace {
 // One work item is a query and some of the query heads that share a KV head (all of them
 // unless that leaves threads idle): they read each key and value row once, and each head's
 // sums run in the same order as it would alone.
+struct AttendItems {
+  const float* q;
+  int64_t ldq;
+  const KvPages& kv;
+  const int32_t* positions;
+  const AttentionParams& p;
+  float* out;
+  int64_t ldo;
+  int heads_per_item, items_per_kv;
+};
+
+// Items [begin, end); on x86 also built for AVX (chosen at load time): the same operations
+// on eight lanes a register, so the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx", "default")))
+#endif
+void attend_items(const AttendItems& w, int64_t begin, int64_t end) {
+  const AttentionParams& p = w.p;
+  const KvPages& kv = w.kv;
+  const int group = p.n_heads / p.n_kv_heads, hd = p.head_dim, heads_per_item = w.heads_per_item;
+  std::vector<float> scores, max_score(static_cast<size_t>(heads_per_item)), inv(max_score.size());
+  std::vector<float> row_buf(static_cast<size_t>(hd));
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t t = item / (p.n_kv_heads * w.items_per_kv);
+    const int kv_h = static_cast<int>(item / w.items_per_kv % p.n_kv_heads);
+    const int h0 = kv_h * group + static_cast<int>(item % w.items_per_kv) * heads_per_item;
+    const int heads = std::min(heads_per_item, (kv_h + 1) * group - h0);
+    const int64_t pos = w.positions[t];
+    const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+    const int64_t count = pos - first + 1;
+    scores.resize(static_cast<size_t>(heads * count));  // [head][key]
+
+    const float* qg = w.q + t * w.ldq + static_cast<int64_t>(h0) * hd;
+    std::fill(max_score.begin(), max_score.end(), -INFINITY);
+    for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) __attribute__((always_inline)) {
+      const float* kj = head_row(kv.k, kv.codec.key, kv.ld, row, kv_h, hd, row_buf.data());
+      for (int h = 0; h < heads; ++h) {
+        float s = dot(qg + static_cast<int64_t>(h) * hd, kj, hd) * p.scale;
+        if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
+        scores[static_cast<size_t>(h * count + j)] = s;
+        max_score[static_cast<size_t>(h)] = std::max(max_score[static_cast<size_t>(h)], s);
+      }
+    });
+    float* og = w.out + t * w.ldo + static_cast<int64_t>(h0) * hd;
+    for (int h = 0; h < heads; ++h) {
+      float denom = 0.0f;
+      float* sh = scores.data() + static_cast<size_t>(h) * count;
+      for (int64_t j = 0; j < count; ++j) {
+        sh[j] = std::exp(sh[j] - max_score[static_cast<size_t>(h)]);
+        denom += sh[j];
+      }
+      inv[static_cast<size_t>(h)] = 1.0f / denom;
+      std::fill(og + static_cast<int64_t>(h) * hd, og + static_cast<int64_t>(h + 1) * hd, 0.0f);
+    }
+    for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) __attribute__((always_inline)) {
+      const float* vj = head_row(kv.v, kv.codec.value, kv.ld, row, kv_h, hd, row_buf.data());
+      for (int h = 0; h < heads; ++h)
+        axpy(og + static_cast<int64_t>(h) * hd, scores[static_cast<size_t>(h * count + j)] * inv[static_cast<size_t>(h)],
+             vj, hd);
+    });
+  }
+}
+
 void attend(ThreadPool& pool, const float* q, int64_t n, int64_t ldq, const KvPages& kv, const int32_t* positions,
             const AttentionParams& p, float* out, int64_t ldo) {
   const int group = p.n_heads / p.n_kv_heads;
-  const int hd = p.head_dim;
   const int64_t per_kv = std::clamp<int64_t>(2 * pool.size() / std::max<int64_t>(1, n * p.n_kv_heads), 1, group);
   const int heads_per_item = static_cast<int>((group + per_kv - 1) / per_kv);
   const int items_per_kv = (group + heads_per_item - 1) / heads_per_item;
-  pool.parallel_for(n * p.n_kv_heads * items_per_kv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, max_score(static_cast<size_t>(heads_per_item)), inv(max_score.size());
-    std::vector<float> row_buf(static_cast<size_t>(hd));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / (p.n_kv_heads * items_per_kv);
-      const int kv_h = static_cast<int>(item / items_per_kv % p.n_kv_heads);
-      const int h0 = kv_h * group + static_cast<int>(item % items_per_kv) * heads_per_item;
-      const int heads = std::min(heads_per_item, (kv_h + 1) * group - h0);
-      const int64_t pos = positions[t];
-      const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-      const int64_t count = pos - first + 1;
-      scores.resize(static_cast<size_t>(heads * count));  // [head][key]
-
-      const float* qg = q + t * ldq + static_cast<int64_t>(h0) * hd;
-      std::fill(max_score.begin(), max_score.end(), -INFINITY);
-      for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) {
-        const float* kj = head_row(kv.k, kv.codec.key, kv.ld, row, kv_h, hd, row_buf.data());
-        for (int h = 0; h < heads; ++h) {
-          float s = dot(qg + static_cast<int64_t>(h) * hd, kj, hd) * p.scale;
-          if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
-          scores[static_cast<size_t>(h * count + j)] = s;
-          max_score[static_cast<size_t>(h)] = std::max(max_score[static_cast<size_t>(h)], s);
-        }
-      });
-      float* og = out + t * ldo + static_cast<int64_t>(h0) * hd;
-      for (int h = 0; h < heads; ++h) {
-        float denom = 0.0f;
-        float* sh = scores.data() + static_cast<size_t>(h) * count;
-        for (int64_t j = 0; j < count; ++j) {
-          sh[j] = std::exp(sh[j] - max_score[static_cast<size_t>(h)]);
-          denom += sh[j];
-        }
-        inv[static_cast<size_t>(h)] = 1.0f / denom;
-        std::fill(og + static_cast<int64_t>(h) * hd, og + static_cast<int64_t>(h + 1) * hd, 0.0f);
-      }
-      for_each_kv_row(kv, t, first, count, [&](int64_t j, int64_t row) {
-        const float* vj = head_row(kv.v, kv.codec.value, kv.ld, row, kv_h, hd, row_buf.data());
-        for (int h = 0; h < heads; ++h)
-          axpy(og + static_cast<int64_t>(h) * hd, scores[static_cast<size_t>(h * count + j)] * inv[static_cast<size_t>(h)],
-               vj, hd);
-      });
-    }
-  });
+  const AttendItems work{q, ldq, kv, positions, p, out, ldo, heads_per_item, items_per_kv};
+  pool.parallel_for(n * p.n_kv_heads * items_per_kv, 1,
+                    [&work](int64_t begin, int64_t end) { attend_items(work, begin, end); });
 }
 
 }  // namespace
