@@ -127,6 +127,20 @@ EnginePool::Lease EnginePool::acquire(const std::string& name, double wait_secon
   }
 }
 
+std::vector<EnginePool::Lease> EnginePool::running_leases() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<PoolEngine>> live;
+  for (const auto& e : engines_)
+    if (!e->stopping) live.push_back(e);
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a->last_used > b->last_used; });
+  std::vector<Lease> leases;
+  for (const auto& e : live) {
+    ++e->active;
+    leases.emplace_back(this, e);
+  }
+  return leases;
+}
+
 std::vector<EnginePool::EngineView> EnginePool::engines() const {
   std::lock_guard lock(mutex_);
   std::vector<EngineView> out;

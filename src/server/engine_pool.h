@@ -81,6 +81,8 @@ class EnginePool {
   // Throws ApiError: 404 model_not_found (no local model of that name), 400 (ambiguous), 503
   // (every engine busy for `wait_seconds`, the pool stopping, or cancelled() said so).
   Lease acquire(const std::string& model, double wait_seconds, const std::function<bool()>& cancelled);
+  // Leases on every running engine, the most recently used first (none are started).
+  std::vector<Lease> running_leases();
   bool route_by_model() const { return config_.route_by_model; }
   int capacity() const { return config_.capacity; }
 

@@ -206,34 +206,53 @@ std::string EngineProxy::requested_model(const http::Request& req) const {
 void EngineProxy::relay(http::Exchange& ex) {
   const http::Request& req = ex.request();
   const auto gone = [&ex] { return ex.client_gone(); };
+  // A stored response (GET or DELETE /v1/responses/ID) lives in the engine that made it: a pool
+  // asks its running engines, the most recently used first, until one has it.
+  if (pool_.route_by_model() && req.path.rfind("/v1/responses/", 0) == 0) {
+    std::vector<EnginePool::Lease> leases = pool_.running_leases();
+    for (size_t i = 0; i < leases.size(); ++i)
+      if (relay_to(ex, leases[i], i + 1 < leases.size())) return;
+    if (!leases.empty()) return;
+  }
+  relay_to(ex, pool_.acquire(requested_model(req), config_.ready_wait_seconds, gone), false);
+}
+
+bool EngineProxy::relay_to(http::Exchange& ex, const EnginePool::Lease& lease, bool skip_not_found) {
+  const http::Request& req = ex.request();
+  const auto gone = [&ex] { return ex.client_gone(); };
   const bool retryable = (req.method == "GET" || req.method == "HEAD") && req.body.empty();
   const std::string bytes = http::Upstream::serialize(req);
-  const EnginePool::Lease lease = pool_.acquire(requested_model(req), config_.ready_wait_seconds, gone);
   EngineSupervisor& supervisor = lease.supervisor();
   constexpr int kRefusedAttempts = 40;  // 10 s of refused connections while the supervisor catches up
   int refused_attempts = 0;
   bool retried = false;
   for (;;) {
     if (!supervisor.wait_ready(config_.ready_wait_seconds, gone)) {
+      if (skip_not_found) return false;  // another engine may have it
       const EngineStatus s = supervisor.status();
-      return ex.reply(error_reply(
+      ex.reply(error_reply(
           engine_unavailable(503, fmt::format("the engine is {}{}", engine_state_name(s.state),
                                               s.last_exit.empty() ? "" : fmt::format(" (its last child: {})", s.last_exit))),
           req.path));
+      return true;
     }
     std::string why;
     std::unique_ptr<http::Upstream> up = http::Upstream::connect(supervisor.socket(), why);
     http::Response head;
     if (up && up->send(bytes) && up->read_head(head, kNoTimeout, gone, req.method == "HEAD")) {
+      if (skip_not_found && head.status == 404) return false;  // the connection closes unread
       if (up->sized() || req.method == "HEAD") {
         bool done = false;
         std::string piece;
         while (!done) {
-          if (!up->read_body(piece, done, gone))
-            return ex.reply(error_reply(engine_unavailable(502, "the engine stopped while answering"), req.path));
+          if (!up->read_body(piece, done, gone)) {
+            ex.reply(error_reply(engine_unavailable(502, "the engine stopped while answering"), req.path));
+            return true;
+          }
           head.body += piece;
         }
-        return ex.reply(std::move(head));
+        ex.reply(std::move(head));
+        return true;
       }
       const bool events = is_event_stream(head);
       ex.start_stream(std::move(head));
@@ -242,27 +261,33 @@ void EngineProxy::relay(http::Exchange& ex) {
         bool done = false;
         std::string piece;
         if (!up->read_body(piece, done, gone)) {
-          if (gone()) return;  // the upstream connection closes here: the child cancels the generation
+          if (gone()) return true;  // the upstream connection closes here: the child cancels the generation
           if (events)
             ex.write(stream_error_event(req.path, engine_unavailable(502, "the engine stopped while answering"),
                                         last_sequence));
           if (events) ex.finish();
-          return;  // a stream that is not events is cut (the exchange closes the connection)
+          return true;  // a stream that is not events is cut (the exchange closes the connection)
         }
         if (events && req.path == "/v1/responses") note_sequence(piece, last_sequence);
-        if (!piece.empty() && !ex.write(piece)) return;
-        if (done) return ex.finish();
+        if (!piece.empty() && !ex.write(piece)) return true;
+        if (done) {
+          ex.finish();
+          return true;
+        }
       }
     }
-    if (gone()) return;
+    if (gone()) return true;
     // A connection refused reached no engine (the child died a moment ago and the supervisor has not
     // seen it yet): any request waits for the next child. A request that was sent is tried again only
     // when it has no body and is a GET or HEAD, once.
     const bool unsent = !up && refused_attempts++ < kRefusedAttempts;
-    if (!unsent && (!retryable || retried))
-      return ex.reply(error_reply(engine_unavailable(502, up ? "the engine stopped before answering"
-                                                             : fmt::format("the engine cannot be reached ({})", why)),
-                                  req.path));
+    if (!unsent && (!retryable || retried)) {
+      if (skip_not_found) return false;
+      ex.reply(error_reply(engine_unavailable(502, up ? "the engine stopped before answering"
+                                                      : fmt::format("the engine cannot be reached ({})", why)),
+                           req.path));
+      return true;
+    }
     if (!unsent) {
       retried = true;
       log::warn("engine: {} {} got no answer; trying once more", req.method, req.path);

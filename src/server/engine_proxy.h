@@ -58,6 +58,9 @@ class EngineProxy {
   void answer_models(http::Exchange& exchange);
   bool allowed(http::Exchange& exchange);  // the site and key rules of the routes answered here
   void relay(http::Exchange& exchange);
+  // Relays to the engine `lease` holds. skip_not_found: an engine's 404 is not replied (returns
+  // false: the caller asks another engine).
+  bool relay_to(http::Exchange& exchange, const EnginePool::Lease& lease, bool skip_not_found);
   std::string requested_model(const http::Request& request) const;
 
   ProxyConfig config_;

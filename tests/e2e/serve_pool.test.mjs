@@ -4,7 +4,8 @@
 // every answer equals the one a single-model server of that model gives; at
 // most 2 engines run at once; the least recently used is stopped (its prefix
 // cache written to its disk-tier folder); /v1/models lists every local model
-// with its size, quantization and fit; an unknown name is 404 model_not_found.
+// with its size, quantization and fit; an unknown name is 404 model_not_found;
+// a stored response is found in whichever engine made it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -121,6 +122,23 @@ test('/v1/models lists every local model with its size, quantization and fit; an
   // A unique part of an id names it, as `kettle ls` queries do.
   const part = await chat(pool.base, 'q8', 'tell me about the sea');
   assert.equal(part.model, 'demo-q8');
+});
+
+test('a stored response is retrieved and deleted through the pool, whichever engine made it', async () => {
+  const c = new OpenAI({ baseURL: `${pool.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const made = await c.responses.create({ model: 'kettle-demo-draft', input: 'Name a colour', max_output_tokens: 6,
+    temperature: 0 });
+  await chat(pool.base, 'kettle-demo', 'Hello there');  // the maker is no longer the most recently used engine
+  const running = (await engines()).map((e) => e.model).sort();
+  assert.deepEqual(running, ['kettle-demo', 'kettle-demo-draft']);
+  const got = await c.responses.retrieve(made.id);
+  assert.equal(got.id, made.id);
+  assert.equal(got.model, 'kettle-demo-draft');
+  assert.deepEqual(got.output, made.output);
+  const deleted = await fetch(`${pool.base}/v1/responses/${made.id}`, { method: 'DELETE' });
+  assert.deepEqual(await deleted.json(), { id: made.id, object: 'response.deleted', deleted: true });
+  await assert.rejects(c.responses.retrieve(made.id), (e) => e.status === 404);
+  await assert.rejects(c.responses.retrieve('resp_unknown'), (e) => e.status === 404);
 });
 
 test('SIGTERM to a pool\'s parent stops every engine child, then it exits 0', async () => {
