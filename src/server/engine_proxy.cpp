@@ -210,9 +210,12 @@ void EngineProxy::relay(http::Exchange& ex) {
   // asks its running engines, the most recently used first, until one has it.
   if (pool_.route_by_model() && req.path.rfind("/v1/responses/", 0) == 0) {
     std::vector<EnginePool::Lease> leases = pool_.running_leases();
-    for (size_t i = 0; i < leases.size(); ++i)
-      if (relay_to(ex, leases[i], i + 1 < leases.size())) return;
-    if (!leases.empty()) return;
+    if (!leases.empty()) {
+      for (size_t i = 0; i + 1 < leases.size(); ++i)
+        if (relay_to(ex, leases[i], true)) return;
+      relay_to(ex, leases.back(), false);  // the last one's answer, 404 included, is the reply
+      return;
+    }
   }
   relay_to(ex, pool_.acquire(requested_model(req), config_.ready_wait_seconds, gone), false);
 }
@@ -227,7 +230,8 @@ bool EngineProxy::relay_to(http::Exchange& ex, const EnginePool::Lease& lease, b
   int refused_attempts = 0;
   bool retried = false;
   for (;;) {
-    if (!supervisor.wait_ready(config_.ready_wait_seconds, gone)) {
+    // An engine asked only in passing is not waited for: one that is restarting holds no stored response.
+    if (!supervisor.wait_ready(skip_not_found ? 0 : config_.ready_wait_seconds, gone)) {
       if (skip_not_found) return false;  // another engine may have it
       const EngineStatus s = supervisor.status();
       ex.reply(error_reply(

@@ -317,7 +317,7 @@ test('12: a client that half-closes after its request still gets the reply', asy
     assert.equal(statusOf(r), 200, path);
   }
   // a generation whose end-of-stream came with the request is served too
-  const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4 });
+  const body = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true });
   const request = `POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
   const g = await new Promise((resolve) => {
     const sock = connect(server.port, '127.0.0.1');
