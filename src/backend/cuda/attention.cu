@@ -26,6 +26,9 @@
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/paging.cuh"
 
+#ifndef KETTLE_FRAG_BLOCKS
+#define KETTLE_FRAG_BLOCKS 4
+#endif
 namespace kettle::cuda {
 namespace {
 
@@ -101,15 +104,31 @@ struct WarpState {
 };
 
 // How a kernel reads its tiles' keys and values: f16 rows copied asynchronously; quantized
-// rows decoded as they are loaded (kv_rows.cuh, every codec); or quantized rows staged —
+// rows decoded as they are loaded (kv_rows.cuh, every codec); quantized rows staged —
 // their raw bytes copied asynchronously, the next tile's in flight while this one's MMAs run,
-// then decoded from shared memory (kv_stages codecs, heads up to 128).
-enum class KvRead { kF16, kDecode, kStaged };
+// then decoded from shared memory (kv_stages codecs, heads up to 128); or, for heads of 128 in
+// one codec, affine of 8, 4 or 2 bits or fp8 (kv_fragment_codec), staged and decoded from shared memory
+// straight into the MMAs' fragments (no f16 tiles: a third of the shared memory, twice the
+// blocks per SM).
+enum class KvRead { kF16, kDecode, kStaged, kFragments8, kFragments4, kFragments2, kFragmentsFp8 };
 
-template <int KT>
-__device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, int hd, const __half* q_hi,
-                                          const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
-                                          const __half* k_tile, const __half* v_tile, int lane, WarpState<KT>& st);
+// A fragment read's bits a code (0: not a fragment read), and whether its codes are fp8.
+__host__ __device__ constexpr int fragment_bits(KvRead read) {
+  return read == KvRead::kFragments8 || read == KvRead::kFragmentsFp8 ? 8
+         : read == KvRead::kFragments4                               ? 4
+         : read == KvRead::kFragments2                               ? 2
+                                                                     : 0;
+}
+__host__ __device__ constexpr bool fragment_fp8(KvRead read) { return read == KvRead::kFragmentsFp8; }
+
+// Fragment reads permute a head's dims (the same way for q and k, so the scores are the same
+// sums): the keys' MMA step ks takes dims 32 (k % 8) / 2 + 4 ks + 2 (k / 8) + k % 2 for its
+// k-th element (k < 16), so a lane's B fragments of a key are 32 consecutive dims; the values'
+// n-tile n holds dims 16 c + n for its column c, so a lane's are 16 consecutive dims of a key.
+__device__ __forceinline__ int fragment_key_dim(int logical) {
+  const int ks = logical / 16, k = logical % 16;
+  return 32 * ((k % 8) / 2) + 4 * ks + 2 * (k / 8) + k % 2;
+}
 
 // The pool rows of a warp's tile at j0 (-1 where not in [begin, end)); f16 rows (kElement)
 // as the element offset of the head in them.
@@ -123,43 +142,11 @@ __device__ __forceinline__ void tile_rows(const Pages& kv, const int32_t* table,
   __syncwarp();
 }
 
-// One warp's 32-key tile at j0 (keys outside [begin, end) invisible) folded into its state:
-// copy through the block table (kQuantized: decode the rows' codes, kv_rows.cuh), then fold_tile.
-template <int KT, bool kQuantized>
-__device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
-                                            bool aligned, const AttentionParams& p, int group, const __half* q_hi,
-                                            const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
-                                            __half* k_tile, __half* v_tile, int64_t* rows, int lane,
-                                            WarpState<KT>& st) {
-  const int stride = padded_row(hd);
-  // Quantized rows: the pool row (read_tile finds the head in it); f16 rows: the element.
-  tile_rows<!kQuantized>(kv, table, head_offset, j0, begin, end, rows, lane);
-  if constexpr (kQuantized) {
-    if (kv.pieces) {
-      read_kv_pieces<KT>(kv, [rows](int key) { return rows[key]; }, kWarp, head_offset, hd, stride, lane, kWarp, k_tile,
-                         v_tile);
-    } else {
-      read_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, k_tile, lane);
-      read_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, v_tile, lane);
-    }
-  } else {
-    copy_tile(kv.k, rows, hd, aligned, k_tile, lane);
-    copy_tile(kv.v, rows, hd, aligned, v_tile, lane);
-    copies_done();
-  }
-  __syncwarp();
-  fold_tile<KT>(p, group, hd, q_hi, q_lo, j0, begin, end, k_tile, v_tile, lane, st);
-}
-
-// A warp's tile of 32 keys at j0, its f16 keys and values in shared memory, folded into the
-// warp's state: S = Q·Kᵀ, the softmax update, O += P·V.
+// S = Q·Kᵀ from a warp's f16 key tile: 16 head rows × the tile's 32 keys as four 8-key MMA tiles.
 template <int KT>
-__device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, int hd, const __half* q_hi,
-                                          const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
-                                          const __half* k_tile, const __half* v_tile, int lane, WarpState<KT>& st) {
+__device__ __forceinline__ void tile_scores(int group, int hd, const __half* q_hi, const __half* q_lo,
+                                            const __half* k_tile, int lane, float (&s)[4][4]) {
   const int stride = padded_row(hd), steps = (hd + 15) / 16;
-  // S = Q·Kᵀ: 16 head rows × the tile's 32 keys as four 8-key MMA tiles.
-  float s[4][4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
   const int q_row = min(lane % 16, group);  // rows past G read the zero row
@@ -179,9 +166,15 @@ __device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, i
       mma(s[2 * pair + 1], a_lo, b[2], b[3]);
     }
   }
+}
 
-  // Softmax update per row: this lane holds rows lane/4 (s[j][0..1]) and lane/4 + 8
-  // (s[j][2..3]) at keys 8j + 2(lane % 4) + {0, 1}; a row's 4 lanes reduce.
+// A tile's scores s (keys j0 + [0, 32); outside [begin, end): weight 0) folded into the warp's
+// online softmax: s becomes the tile's weights, the state's O rescaled to the new max.
+template <int KT>
+__device__ __forceinline__ void softmax_update(const AttentionParams& p, int64_t j0, int64_t begin, int64_t end,
+                                               int lane, float (&s)[4][4], WarpState<KT>& st) {
+  // Per row: this lane holds rows lane/4 (s[j][0..1]) and lane/4 + 8 (s[j][2..3]) at keys
+  // 8j + 2(lane % 4) + {0, 1}; a row's 4 lanes reduce.
   float tile_max[2] = {-INFINITY, -INFINITY};
   bool seen[4][2];
 #pragma unroll
@@ -230,15 +223,27 @@ __device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, i
     st.o[n][2] *= correction[1];
     st.o[n][3] *= correction[1];
   }
+}
 
-  // O += P·V: the weights of 16 keys form an A fragment straight from two S tiles.
+// The weights of keys 16 kk + [0, 16) as the A fragments of O += P·V, straight from two S
+// tiles, split into f16 hi and lo halves.
+__device__ __forceinline__ void weight_fragments(const float (&s)[4][4], int kk, uint32_t (&p_hi)[4],
+                                                 uint32_t (&p_lo)[4]) {
+  split_pair(s[2 * kk][0], s[2 * kk][1], p_hi[0], p_lo[0]);
+  split_pair(s[2 * kk][2], s[2 * kk][3], p_hi[1], p_lo[1]);
+  split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], p_hi[2], p_lo[2]);
+  split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], p_hi[3], p_lo[3]);
+}
+
+// O += P·V from a warp's f16 value tile.
+template <int KT>
+__device__ __forceinline__ void tile_values(int hd, const float (&s)[4][4], const __half* v_tile, int lane,
+                                            WarpState<KT>& st) {
+  const int stride = padded_row(hd), steps = (hd + 15) / 16;
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     uint32_t p_hi[4], p_lo[4];
-    split_pair(s[2 * kk][0], s[2 * kk][1], p_hi[0], p_lo[0]);
-    split_pair(s[2 * kk][2], s[2 * kk][3], p_hi[1], p_lo[1]);
-    split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], p_hi[2], p_lo[2]);
-    split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], p_hi[3], p_lo[3]);
+    weight_fragments(s, kk, p_hi, p_lo);
 #pragma unroll
     for (int dp = 0; dp < KT; ++dp) {
       if (dp >= steps) break;
@@ -250,7 +255,156 @@ __device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, i
       mma(st.o[2 * dp + 1], p_lo, b[2], b[3]);
     }
   }
+}
+
+// A warp's tile of 32 keys at j0, its f16 keys and values in shared memory, folded into the
+// warp's state: S = Q·Kᵀ, the softmax update, O += P·V.
+template <int KT>
+__device__ __forceinline__ void fold_tile(const AttentionParams& p, int group, int hd, const __half* q_hi,
+                                          const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
+                                          const __half* k_tile, const __half* v_tile, int lane, WarpState<KT>& st) {
+  float s[4][4];
+  tile_scores<KT>(group, hd, q_hi, q_lo, k_tile, lane, s);
+  softmax_update<KT>(p, j0, begin, end, lane, s, st);
+  tile_values<KT>(hd, s, v_tile, lane, st);
   __syncwarp();  // the tile is read: the next one may land
+}
+
+// S = Q·Kᵀ from a staged tile of keys (fragment reads, heads of 128): a lane decodes, for
+// each of its keys 8j + lane/4, the 32 dims 32 (lane % 4) + [0, 32) — per half of them one
+// load of codes and one parameter block — into the B fragments of the 8 MMA steps, q's rows
+// permuted to match (fragment_key_dim).
+template <int B, bool kFp8>
+__device__ __forceinline__ void fragment_scores(int group, int code_group, const __half* q_hi, const __half* q_lo,
+                                                const uint8_t* k_stage, int lane, float (&s)[4][4]) {
+  constexpr int kRow = kv_fragment_row(B), kWords = B / 2;
+  const int stride = padded_row(128), r = lane / 4, t = lane % 4, groups = 128 / code_group;
+  const uint8_t* params = k_stage + 32 * kRow;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+  const int q_row = min(lane % 16, group);  // rows past G read the zero row
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint32_t codes[4][kWords];
+    float scale[4], bias[4];
+    const int g = (32 * t + 16 * half) / code_group;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      load_code_words<B>(k_stage + (8 * j + r) * kRow + 4 * B * t + 2 * B * half, codes[j]);
+      load_code_params<kFp8>(params, groups, 8 * j + r, g, scale[j], bias[j]);
+    }
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) {
+      const int ks = 4 * half + q4;
+      uint32_t a_hi[4], a_lo[4];
+      load_matrices(a_hi, q_hi + q_row * stride + ks * 16 + (lane / 16) * 8);
+      load_matrices(a_lo, q_lo + q_row * stride + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t b0 = pack_half2(code_value<B, kFp8>(codes[j], 4 * q4, scale[j], bias[j]),
+                                       code_value<B, kFp8>(codes[j], 4 * q4 + 1, scale[j], bias[j]));
+        const uint32_t b1 = pack_half2(code_value<B, kFp8>(codes[j], 4 * q4 + 2, scale[j], bias[j]),
+                                       code_value<B, kFp8>(codes[j], 4 * q4 + 3, scale[j], bias[j]));
+        mma(s[j], a_hi, b0, b1);
+        mma(s[j], a_lo, b0, b1);
+      }
+    }
+  }
+}
+
+// O += P·V from a staged tile of values (fragment reads): for its four keys of each 16,
+// 16 kk + 2 (lane % 4) + {0, 1, 8, 9}, a lane decodes dims 16 (lane / 4) + [0, 16) — one
+// load of codes and one parameter block a key — into the B fragments of the 16 n-tiles
+// (n-tile n, column c: dim 16 c + n).
+template <int B, bool kFp8>
+__device__ __forceinline__ void fragment_values(int code_group, const float (&s)[4][4], const uint8_t* v_stage,
+                                                int lane, WarpState<8>& st) {
+  constexpr int kRow = kv_fragment_row(B), kWords = B / 2;
+  const int r = lane / 4, t = lane % 4, groups = 128 / code_group, g = 16 * r / code_group;
+  const uint8_t* params = v_stage + 32 * kRow;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    uint32_t p_hi[4], p_lo[4];
+    weight_fragments(s, kk, p_hi, p_lo);
+    uint32_t codes[4][kWords];
+    float scale[4], bias[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int key = 16 * kk + 2 * t + (c & 1) + 8 * (c >> 1);
+      load_code_words<B>(v_stage + key * kRow + 2 * B * r, codes[c]);
+      load_code_params<kFp8>(params, groups, key, g, scale[c], bias[c]);
+    }
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const uint32_t b0 = pack_half2(code_value<B, kFp8>(codes[0], n, scale[0], bias[0]),
+                                     code_value<B, kFp8>(codes[1], n, scale[1], bias[1]));
+      const uint32_t b1 = pack_half2(code_value<B, kFp8>(codes[2], n, scale[2], bias[2]),
+                                     code_value<B, kFp8>(codes[3], n, scale[3], bias[3]));
+      mma(st.o[n], p_hi, b0, b1);
+      mma(st.o[n], p_lo, b0, b1);
+    }
+  }
+}
+
+// One warp's 32-key tile at j0 (keys outside [begin, end) invisible) folded into its state:
+// copy through the block table (kQuantized: decode the rows' codes, kv_rows.cuh), then fold_tile.
+template <int KT, bool kQuantized>
+__device__ __forceinline__ void attend_tile(const Pages& kv, const int32_t* table, int64_t head_offset, int hd,
+                                            bool aligned, const AttentionParams& p, int group, const __half* q_hi,
+                                            const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
+                                            __half* k_tile, __half* v_tile, int64_t* rows, int lane,
+                                            WarpState<KT>& st) {
+  const int stride = padded_row(hd);
+  // Quantized rows: the pool row (read_tile finds the head in it); f16 rows: the element.
+  tile_rows<!kQuantized>(kv, table, head_offset, j0, begin, end, rows, lane);
+  if constexpr (kQuantized) {
+    if (kv.pieces) {
+      read_kv_pieces<KT>(kv, [rows](int key) { return rows[key]; }, kWarp, head_offset, hd, stride, lane, kWarp, k_tile,
+                         v_tile);
+    } else {
+      read_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, k_tile, lane);
+      read_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, stride, v_tile, lane);
+    }
+  } else {
+    copy_tile(kv.k, rows, hd, aligned, k_tile, lane);
+    copy_tile(kv.v, rows, hd, aligned, v_tile, lane);
+    copies_done();
+  }
+  __syncwarp();
+  fold_tile<KT>(p, group, hd, q_hi, q_lo, j0, begin, end, k_tile, v_tile, lane, st);
+}
+
+// The fragment reads' walk of a warp's tiles from j0 (keys [begin, end)) into st: one staging
+// area a matrix, the next tile's keys copied while this tile's softmax and values run, its
+// values while the next tile's scores run (two commit groups a tile, keys then values).
+template <int B, bool kFp8>
+__device__ __forceinline__ void walk_fragment_tiles(const Pages& kv, const AttentionParams& p, const int32_t* table,
+                                                    int64_t head_offset, int group, const __half* q_hi,
+                                                    const __half* q_lo, int64_t j0, int64_t begin, int64_t end,
+                                                    int64_t* rows, uint8_t* k_stage, uint8_t* v_stage, int lane,
+                                                    WarpState<8>& st) {
+  const int code_group = kv.key_codec.group;
+  for (; j0 < end; j0 += kChunk) {
+    copies_wait<1>();  // this tile's keys (its values may still fly)
+    __syncwarp();
+    float s[4][4];
+    fragment_scores<B, kFp8>(group, code_group, q_hi, q_lo, k_stage, lane, s);
+    __syncwarp();  // the keys are read: the next tile's may land
+    const int64_t next = j0 + kChunk;
+    if (next < end) {
+      tile_rows<false>(kv, table, head_offset, next, begin, end, rows, lane);
+      stage_fragment_tile<B>(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, head_offset, k_stage, lane);
+    }
+    copies_commit();
+    softmax_update<8>(p, j0, begin, end, lane, s, st);
+    copies_wait<1>();  // this tile's values
+    __syncwarp();
+    fragment_values<B, kFp8>(code_group, s, v_stage, lane, st);
+    __syncwarp();  // the values are read
+    if (next < end)
+      stage_fragment_tile<B>(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, head_offset, v_stage, lane);
+    copies_commit();
+  }
 }
 
 // One chunk's attention for heads [head0, head0 + group) of query t, keys [begin, end)
@@ -262,63 +416,58 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
                                              const AttentionParams& p, int group, int splits, int64_t t, int split,
                                              int head0, int64_t chunk_begin, int64_t begin, int64_t end, float* out,
                                              int64_t ldo, float* partial) {
+  constexpr int kBits = fragment_bits(kRead);
   extern __shared__ __align__(16) __half smem[];
   __shared__ float sm_m[kAttnWarps][kMmaRows], sm_l[kAttnWarps][kMmaRows];
   __shared__ int64_t sm_row[kAttnWarps][kRead == KvRead::kStaged ? 2 : 1][kWarp];  // staged: two tiles' rows
   const int kvh = head0 / (p.n_heads / p.n_kv_heads);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int hd = p.head_dim, stride = padded_row(hd), steps = (hd + 15) / 16;
+  // Fragment reads: q, then each warp's staging areas. Otherwise: the warps' f16 K and V
+  // tiles, q, then (staged) each warp's staging areas.
   __half* k_tile = smem + warp * kWarp * stride;
   __half* v_tile = smem + (kAttnWarps + warp) * kWarp * stride;
-  __half* q_hi = smem + 2 * kChunk * stride;
+  __half* q_hi = kBits > 0 ? smem : smem + 2 * kChunk * stride;
   __half* q_lo = q_hi + (group + 1) * stride;
   const int32_t* table = kv.table(t);
   const int64_t head_offset = static_cast<int64_t>(kvh) * hd;
 
   grid_wait();  // the cache rows and q come from the previous kernel
   // Staged reads: the warp's first tile's copies go out before q is read.
-  const KvStage key_stage(kv.key_codec, hd), value_stage(kv.value_codec, hd);
-  uint8_t* k_stage = reinterpret_cast<uint8_t*>(smem) + block_bytes(hd, group) +
-                     warp * (key_stage.bytes(kWarp) + value_stage.bytes(kWarp));
-  uint8_t* v_stage = k_stage + key_stage.bytes(kWarp);
+  uint8_t* k_stage;
+  uint8_t* v_stage;
+  if constexpr (kBits > 0) {
+    const int matrix = kv_fragment_stage_bytes(kBits, kv.key_codec.group);
+    k_stage = reinterpret_cast<uint8_t*>(q_lo + (group + 1) * stride) + warp * 2 * matrix;
+    v_stage = k_stage + matrix;
+  } else {
+    const KvStage key_stage(kv.key_codec, hd), value_stage(kv.value_codec, hd);
+    k_stage = reinterpret_cast<uint8_t*>(smem) + block_bytes(hd, group) +
+              warp * (key_stage.bytes(kWarp) + value_stage.bytes(kWarp));
+    v_stage = k_stage + key_stage.bytes(kWarp);
+  }
   int64_t j0 = chunk_begin + warp * kWarp;
   while (j0 < end && j0 + kWarp <= begin) j0 += kChunk;  // tiles wholly before the window
-  // Affine rows of 8, 4 or 2 bits in heads of 128 (the common cases) staged and decoded with their shape known.
-  const int affine_bits = kRead == KvRead::kStaged ? kv_staged_affine_h128_bits(kv.key_codec, kv.value_codec, hd) : 0;
-  const auto stage_matrix = [&](const void* base, const KvRowCodec& c, int64_t row_bytes, const int64_t* rows,
-                                uint8_t* staged) {
-    if (affine_bits == 8)
-      stage_tile_affine_h128<8>(base, c, row_bytes, kv.ld, rows, head_offset, staged, lane);
-    else if (affine_bits == 4)
-      stage_tile_affine_h128<4>(base, c, row_bytes, kv.ld, rows, head_offset, staged, lane);
-    else if (affine_bits == 2)
-      stage_tile_affine_h128<2>(base, c, row_bytes, kv.ld, rows, head_offset, staged, lane);
-    else
-      stage_tile(base, c, row_bytes, kv.ld, rows, kWarp, head_offset, hd, staged, lane);
-  };
-  const auto decode_matrix = [&](const KvRowCodec& c, const uint8_t* staged, const int64_t* rows, __half* tile) {
-    if (affine_bits == 8)
-      decode_staged_affine_h128<8>(c, staged, rows, stride, tile, lane);
-    else if (affine_bits == 4)
-      decode_staged_affine_h128<4>(c, staged, rows, stride, tile, lane);
-    else if (affine_bits == 2)
-      decode_staged_affine_h128<2>(c, staged, rows, stride, tile, lane);
-    else
-      decode_staged(c, staged, rows, kWarp, hd, stride, tile, lane);
-  };
   const auto stage = [&](int64_t tile, int64_t* rows) {
     tile_rows<false>(kv, table, head_offset, tile, begin, end, rows, lane);
-    stage_matrix(kv.k, kv.key_codec, kv.key_row_bytes, rows, k_stage);
-    stage_matrix(kv.v, kv.value_codec, kv.value_row_bytes, rows, v_stage);
+    if constexpr (kBits > 0) {  // keys and values in groups of their own
+      stage_fragment_tile<kBits>(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, head_offset, k_stage, lane);
+      copies_commit();
+      stage_fragment_tile<kBits>(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, head_offset, v_stage, lane);
+    } else {
+      stage_tile(kv.k, kv.key_codec, kv.key_row_bytes, kv.ld, rows, kWarp, head_offset, hd, k_stage, lane);
+      stage_tile(kv.v, kv.value_codec, kv.value_row_bytes, kv.ld, rows, kWarp, head_offset, hd, v_stage, lane);
+    }
     copies_commit();
   };
-  if constexpr (kRead == KvRead::kStaged)
+  if constexpr (kRead == KvRead::kStaged || kBits > 0)
     if (j0 < end) stage(j0, sm_row[warp][0]);
-  // q (pre-scaled) as hi + lo f16 rows; row `group` stays zero.
+  // q (pre-scaled) as hi + lo f16 rows; row `group` stays zero. Fragment reads: element d of
+  // a row is dim fragment_key_dim(d).
   const int width = steps * 16;
   for (int i = threadIdx.x; i < (group + 1) * width; i += blockDim.x) {
-    const int g = i / width, d = i % width;
-    const float x = g < group && d < hd ? q[t * ldq + static_cast<int64_t>(head0 + g) * hd + d] * p.scale : 0.0f;
+    const int g = i / width, d = i % width, dim = kBits > 0 ? fragment_key_dim(d) : d;
+    const float x = g < group && d < hd ? q[t * ldq + static_cast<int64_t>(head0 + g) * hd + dim] * p.scale : 0.0f;
     const __half h = __float2half_rn(x);
     q_hi[g * stride + d] = h;
     q_lo[g * stride + d] = __float2half_rn(x - __half2float(h));
@@ -330,15 +479,19 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
   st.l[0] = st.l[1] = 0.0f;
 #pragma unroll
   for (int n = 0; n < 2 * KT; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
-  if constexpr (kRead == KvRead::kStaged) {
+  if constexpr (kBits > 0) {
+    if (j0 < end)
+      walk_fragment_tiles<kBits, fragment_fp8(kRead)>(kv, p, table, head_offset, group, q_hi, q_lo, j0, begin, end, sm_row[warp][0], k_stage,
+                                 v_stage, lane, st);
+  } else if constexpr (kRead == KvRead::kStaged) {
     // Tile i's staged bytes decoded into the f16 tiles, tile i + 1's copies issued, then
     // tile i's MMAs while they fly; the rows of the two tiles alternate between two buffers.
     for (int buffer = 0; j0 < end; j0 += kChunk, buffer ^= 1) {
       const int64_t* rows = sm_row[warp][buffer];
       copies_wait<0>();
       __syncwarp();
-      decode_matrix(kv.key_codec, k_stage, rows, k_tile);
-      decode_matrix(kv.value_codec, v_stage, rows, v_tile);
+      decode_staged(kv.key_codec, k_stage, rows, kWarp, hd, stride, k_tile, lane);
+      decode_staged(kv.value_codec, v_stage, rows, kWarp, hd, stride, v_tile, lane);
       __syncwarp();  // the staging area is free, the f16 tiles are whole
       if (j0 + kChunk < end) stage(j0 + kChunk, sm_row[warp][buffer ^ 1]);
       fold_tile<KT>(p, group, hd, q_hi, q_lo, j0, begin, end, k_tile, v_tile, lane, st);
@@ -367,7 +520,7 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
       if (row >= group) continue;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int d = n * 8 + (lane % 4) * 2 + e;
+        const int column = (lane % 4) * 2 + e, d = kBits > 0 ? 16 * column + n : n * 8 + column;
         if (d < hd) sm_acc[(warp * group + row) * hd + d] = st.o[n][2 * h + e];
       }
     }
@@ -402,7 +555,7 @@ __device__ __forceinline__ void attend_chunk(const float* __restrict__ q, int64_
 // One block: chunk blockIdx.x of query blockIdx.z for heads [group · blockIdx.y, + group).
 // A chunk past the query's keys (the step's bound is a bucket) only marks its slot empty.
 template <int KT, KvRead kRead>
-__global__ void __launch_bounds__(kAttnWarps* kWarp, kRead == KvRead::kStaged ? 2 : 3)
+__global__ void __launch_bounds__(kAttnWarps* kWarp, kRead == KvRead::kStaged ? 2 : fragment_bits(kRead) > 0 ? KETTLE_FRAG_BLOCKS : 3)
     attention_chunk_kernel(const float* __restrict__ q, int64_t ldq, Pages kv, const int32_t* __restrict__ positions,
                            AttentionParams p, int group, int splits, float* out, int64_t ldo, float* partial,
                            unsigned* arrivals) {
@@ -557,11 +710,21 @@ void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const 
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.n_heads / group), static_cast<unsigned>(n));
   const Pages pages = pages_of(kv, p.head_dim);
   const bool codes = kv.codec.key.quantized() || kv.codec.value.quantized();
-  const bool staged = codes && pages.pieces && kv_stages(kv.codec.key) && kv_stages(kv.codec.value) && p.head_dim <= 128;
-  const size_t smem = block_bytes(p.head_dim, group) +
-                      (staged ? kAttnWarps * static_cast<size_t>(KvStage(kv.codec.key, p.head_dim).bytes(kWarp) +
-                                                                 KvStage(kv.codec.value, p.head_dim).bytes(kWarp))
-                              : 0);
+  const FragmentCodec fragment =
+      codes && pages.pieces ? kv_fragment_codec(kv.codec.key, kv.codec.value, p.head_dim) : FragmentCodec::kNone;
+  const bool fragments = fragment != FragmentCodec::kNone;
+  const bool staged = codes && !fragments && pages.pieces && kv_stages(kv.codec.key) && kv_stages(kv.codec.value) &&
+                      p.head_dim <= 128;
+  size_t smem = block_bytes(p.head_dim, group);
+  if (staged)
+    smem += kAttnWarps * static_cast<size_t>(KvStage(kv.codec.key, p.head_dim).bytes(kWarp) +
+                                             KvStage(kv.codec.value, p.head_dim).bytes(kWarp));
+  if (fragments) {  // q and the staging areas; the merge's floats after the walk (warps · group · hd, group · splits)
+    const size_t walk = 2 * static_cast<size_t>(group + 1) * padded_row(p.head_dim) * sizeof(__half) +
+                        kAttnWarps * 2 * static_cast<size_t>(kv_fragment_stage_bytes(kv.codec.key.bits, kv.codec.key.group));
+    const size_t merge = sizeof(float) * static_cast<size_t>(group) * (kAttnWarps * p.head_dim + kMaxSplits);
+    smem = std::max(walk, merge);
+  }
   const auto run = [&](auto kernel) {
     // Every kernel's most (staging adds at most 40 KB to heads ≤ 128, well under a head of 256's tiles).
     allow_shared_memory(reinterpret_cast<const void*>(kernel), static_cast<int>(block_bytes(256, kMmaRows)));
@@ -569,6 +732,13 @@ void attention(const float* q, int64_t n, int64_t ldq, const KvPages& kv, const 
            arrivals);
   };
   // Quantized rows take kernels of their own (their decoding's registers stay out of the f16 ones).
+  switch (fragment) {
+    case FragmentCodec::kAffine8: return run(attention_chunk_kernel<8, KvRead::kFragments8>);
+    case FragmentCodec::kAffine4: return run(attention_chunk_kernel<8, KvRead::kFragments4>);
+    case FragmentCodec::kAffine2: return run(attention_chunk_kernel<8, KvRead::kFragments2>);
+    case FragmentCodec::kFp8: return run(attention_chunk_kernel<8, KvRead::kFragmentsFp8>);
+    case FragmentCodec::kNone: break;
+  }
   const KvRead read = !codes ? KvRead::kF16 : staged ? KvRead::kStaged : KvRead::kDecode;
   const auto pick = [read](auto f16, auto decode, auto staged_kernel) {
     return read == KvRead::kF16 ? f16 : read == KvRead::kDecode ? decode : staged_kernel;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -268,87 +269,115 @@ __device__ __forceinline__ void decode_staged(const KvRowCodec& c, const uint8_t
   }
 }
 
-// --- the common case at compile time: affine rows of 8, 4 or 2 bits, heads of 128 ---
-// A lane's pieces of a 32-key tile are keys lane / 8 + 4 i (i < 8), each at piece lane % 8 of
-// its head (2B bytes of codes); the same copies and the same values as stage_tile and
-// decode_staged, without their divisions by the shape, each code made a float by putting it
-// under 2^23's bits (0x4B000000 | q is 2^23 + q exactly) where the generic path converts an
-// integer, and the parameters by the hardware's exact f16 conversion.
+// --- the common cases at compile time: affine rows of 8, 4 or 2 bits or fp8 rows, heads of 128, decoded
+// straight into the MMA's fragments (no f16 tile: a block needs a third of the shared memory) ---
+// A warp's tile of 32 keys is staged as each key's 16B bytes of codes, rows kFragmentRow apart
+// (16 bytes of pad: the fragment loads below fall in distinct banks), then each key's parameter
+// blocks; the codes and parameters of keys not visible are zeros, so they decode to 0. A code becomes a float by landing under 2^23's bits (0x4B000000 | q is 2^23 + q
+// exactly), the parameters by the hardware's exact f16 conversion; then s · q + b as the CPU
+// rounds it (__fmul_rn, __fadd_rn), and the f16 the tile would have held. fp8 codes are
+// 8-bit rows with an f32 scale a group.
 
-// The bits (8, 4 or 2) when keys and values are affine rows of heads of 128 with the same
-// bits and groups; 0 otherwise.
-__host__ __device__ inline int kv_staged_affine_h128_bits(const KvRowCodec& key, const KvRowCodec& value, int hd) {
-  const bool same = hd == 128 && key.format == KvRowCodec::Format::kAffine && value.format == key.format &&
-                    key.bits == value.bits && key.group == value.group && key.group >= 16 && key.group_param_bytes() == 4 &&
-                    value.group_param_bytes() == 4;
-  return same && (key.bits == 8 || key.bits == 4 || key.bits == 2) ? key.bits : 0;
+// Which codec the fragment reads decode: keys and values in one codec — affine of 8, 4 or 2
+// bits, or fp8 — with the same groups (16, 32, 64 or 128), heads of 128; kNone otherwise.
+enum class FragmentCodec { kNone, kAffine8, kAffine4, kAffine2, kFp8 };
+
+__host__ __device__ inline FragmentCodec kv_fragment_codec(const KvRowCodec& key, const KvRowCodec& value, int hd) {
+  const bool group_ok = key.group == 16 || key.group == 32 || key.group == 64 || key.group == 128;
+  const bool same = key.format == value.format && key.bits == value.bits && key.group == value.group &&
+                    key.rotation == 0 && value.rotation == 0;
+  if (hd != 128 || !same || !group_ok || key.group_param_bytes() != 4) return FragmentCodec::kNone;
+  if (key.format == KvRowCodec::Format::kFp8) return FragmentCodec::kFp8;
+  if (key.format != KvRowCodec::Format::kAffine) return FragmentCodec::kNone;
+  return key.bits == 8 ? FragmentCodec::kAffine8 : key.bits == 4 ? FragmentCodec::kAffine4
+                                                   : key.bits == 2 ? FragmentCodec::kAffine2 : FragmentCodec::kNone;
 }
 
+__host__ __device__ constexpr int kv_fragment_row(int bits) {
+  return 16 * bits + 16;
+}
+
+// Bytes of one matrix's staged tile of 32 keys (codes, then parameters; 16-byte aligned).
+__host__ __device__ constexpr int kv_fragment_stage_bytes(int bits, int group) {
+  return 32 * kv_fragment_row(bits) + 32 * (128 / group) * 4;
+}
+
+// The async copies of a 32-key tile's head [head_offset, + 128) (rows[key] < 0: zeros) into
+// `stage`, by the warp's lanes: lane l takes piece l % 8 (2B bytes) of keys
+// l / 8 + 4 i. The caller commits.
 template <int B>
-__device__ __forceinline__ void stage_tile_affine_h128(const void* base, const KvRowCodec& c, int64_t row_bytes,
-                                                       int64_t width, const int64_t* rows, int64_t head_offset,
-                                                       uint8_t* stage, int lane) {
-  constexpr int kCodeBytes = 16 * B, kUnit = 2 * B, kKeys = 32;
+__device__ __forceinline__ void stage_fragment_tile(const void* base, const KvRowCodec& c, int64_t row_bytes,
+                                                    int64_t width, const int64_t* rows, int64_t head_offset,
+                                                    uint8_t* stage, int lane) {
+  constexpr int kRow = kv_fragment_row(B), kUnit = 2 * B, kKeys = 32;
   const uint8_t* b = static_cast<const uint8_t*>(base) + head_offset * B / 8 + (lane % 8) * kUnit;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int key = lane / 8 + 4 * i;
-    if (rows[key] >= 0) copy_async(stage + key * kCodeBytes + (lane % 8) * kUnit, b + rows[key] * row_bytes, kUnit);
+    uint8_t* dst = stage + key * kRow + (lane % 8) * kUnit;
+    if (rows[key] >= 0) {
+      copy_async(dst, b + rows[key] * row_bytes, kUnit);
+    } else if constexpr (kUnit == 16) {  // zeros (an fp8 NaN times a zero weight would still be NaN)
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    } else if constexpr (kUnit == 8) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(0, 0);
+    } else {
+      *reinterpret_cast<uint32_t*>(dst) = 0;
+    }
   }
   const int groups = 128 / c.group;
-  uint8_t* params = stage + kKeys * kCodeBytes;
+  uint8_t* params = stage + kKeys * kRow;
   const int64_t param_region = static_cast<int64_t>(c.code_bytes(width)) + head_offset / c.group * 4;
   for (int i = lane; i < kKeys * groups; i += 32) {
     const int key = i / groups, g = i % groups;
     if (rows[key] >= 0)
       copy_async(params + i * 4, static_cast<const uint8_t*>(base) + rows[key] * row_bytes + param_region + g * 4, 4);
+    else
+      *reinterpret_cast<uint32_t*>(params + i * 4) = 0;
   }
 }
 
+// 16 codes of B bits (2B bytes of a staged row, aligned to their size) as B / 2 words.
 template <int B>
-__device__ __forceinline__ void decode_staged_affine_h128(const KvRowCodec& c, const uint8_t* stage, const int64_t* rows,
-                                                          int stride, __half* tile, int lane) {
-  constexpr int kCodeBytes = 16 * B, kUnit = 2 * B, kKeys = 32;
-  constexpr uint32_t kMask = (1u << B) - 1;
-  const int groups = 128 / c.group, part = lane % 8, group_of_part = part * 16 / c.group;
-  const uint8_t* params = stage + kKeys * kCodeBytes;
-#pragma unroll 2
-  for (int i = 0; i < 8; ++i) {
-    const int key = lane / 8 + 4 * i;
-    uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (rows[key] >= 0) {
-      const uint8_t* at = stage + key * kCodeBytes + part * kUnit;
-      uint32_t words[4];
-      if constexpr (B == 8) {
-        const uint4 v = *reinterpret_cast<const uint4*>(at);
-        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
-      } else if constexpr (B == 4) {
-        const uint2 v = *reinterpret_cast<const uint2*>(at);
-        words[0] = v.x, words[1] = v.y;
-      } else {
-        words[0] = *reinterpret_cast<const uint32_t*>(at);
-      }
-      const uint32_t param = *reinterpret_cast<const uint32_t*>(params + (key * groups + group_of_part) * 4);
-      const float s = __half2float(__ushort_as_half(static_cast<unsigned short>(param))),
-                  b = __half2float(__ushort_as_half(static_cast<unsigned short>(param >> 16)));
-#pragma unroll
-      for (int e = 0; e < 16; e += 2) {
-        float v[2];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int bit = (e + k) * B;
-          // 8 bits: the code's byte permuted under 0x4B's (one instruction); else shifted and masked.
-          const uint32_t f = B == 8 ? __byte_perm(words[bit / 32], 0x4B000000u, 0x7540u + (bit % 32) / 8)
-                                    : 0x4B000000u | ((words[bit / 32] >> (bit % 32)) & kMask);
-          v[k] = __fadd_rn(__fmul_rn(s, __uint_as_float(f) - 8388608.0f), b);
-        }
-        const __half2 h = __floats2half2_rn(v[0], v[1]);
-        w[e / 2] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-    }
-    __half* dst = tile + key * stride + part * 16;
-    reinterpret_cast<uint4*>(dst)[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    reinterpret_cast<uint4*>(dst)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+__device__ __forceinline__ void load_code_words(const uint8_t* at, uint32_t (&w)[B / 2]) {
+  if constexpr (B == 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(at);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else if constexpr (B == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(at);
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t*>(at);
+  }
+}
+
+// A staged key's parameter block g: affine's f16 scale and bias, or fp8's f32 scale.
+template <bool kFp8>
+__device__ __forceinline__ void load_code_params(const uint8_t* params, int groups, int key, int g, float& scale,
+                                                 float& bias) {
+  const uint32_t param = *reinterpret_cast<const uint32_t*>(params + (key * groups + g) * 4);
+  if constexpr (kFp8) {
+    scale = __uint_as_float(param), bias = 0.0f;
+  } else {
+    scale = __half2float(__ushort_as_half(static_cast<unsigned short>(param)));
+    bias = __half2float(__ushort_as_half(static_cast<unsigned short>(param >> 16)));
+  }
+}
+
+// Code i (< 16) of those words, decoded: fp8 by the hardware's exact e4m3 → f16, times the
+// scale; affine as s · q + b.
+template <int B, bool kFp8>
+__device__ __forceinline__ float code_value(const uint32_t (&w)[B / 2], int i, float scale, float bias) {
+  if constexpr (kFp8) {
+    const auto code = static_cast<__nv_fp8_storage_t>(w[i / 4] >> (8 * (i % 4)));
+    return __fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3))), scale);
+  } else {
+    constexpr uint32_t kMask = (1u << B) - 1;
+    const int bit = i * B;
+    // 8 bits: the code's byte permuted under 0x4B's (one instruction); else shifted and masked.
+    const uint32_t f = B == 8 ? __byte_perm(w[bit / 32], 0x4B000000u, 0x7540u + (bit % 32) / 8)
+                              : 0x4B000000u | ((w[bit / 32] >> (bit % 32)) & kMask);
+    return __fadd_rn(__fmul_rn(scale, __uint_as_float(f) - 8388608.0f), bias);
   }
 }
 
