@@ -78,12 +78,19 @@ std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int k, int n
   const auto len = static_cast<int64_t>(context.size());
   for (int64_t n = std::min<int64_t>(ngram_max, len - 1); n >= ngram_min; --n) {
     const std::span<const int32_t> suffix = context.last(static_cast<size_t>(n));
-    // The latest earlier occurrence: it starts before the suffix does, so a token follows it.
-    for (int64_t i = len - n - 1; i >= 0; --i) {
+    // Of the earlier occurrences (each starts before the suffix does, so a token follows it), the
+    // one whose preceding tokens go on matching the context's furthest; the latest among equals.
+    int64_t best = -1, best_reach = -1;
+    for (int64_t i = len - n - 1; i >= 0 && best_reach < kNgramContextSpan; --i) {
       if (!std::equal(suffix.begin(), suffix.end(), context.begin() + i)) continue;
-      const int64_t from = i + n, to = std::min(len, from + k);
-      return {context.begin() + from, context.begin() + to};
+      int64_t reach = 0;
+      while (reach < kNgramContextSpan && i - 1 - reach >= 0 && context[i - 1 - reach] == context[len - n - 1 - reach])
+        ++reach;
+      if (reach > best_reach) best = i, best_reach = reach;
     }
+    if (best < 0) continue;
+    const int64_t from = best + n, to = std::min(len, from + k);
+    return {context.begin() + from, context.begin() + to};
   }
   return {};
 }

@@ -84,8 +84,12 @@ class Drafter {
 };
 
 // Prompt lookup over the context (prompt and output): for n from ngram_max down to
-// ngram_min, the context's last n tokens are searched for earlier in it (the latest
-// occurrence first) and the tokens after that occurrence, up to k, are the drafts.
+// ngram_min, the context's last n tokens are searched for earlier in it and the tokens
+// after an occurrence, up to k, are the drafts. Where the n-gram occurred more than once,
+// the occurrence whose preceding tokens match the context's for longest (up to
+// kNgramContextSpan more) proposes — in a document repeated with edits, or a loop, the
+// same place, not just the latest "of the" — and the latest of equally long ones.
+constexpr int64_t kNgramContextSpan = 32;
 std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int k, int ngram_max, int ngram_min);
 
 class NgramDrafter final : public Drafter {

@@ -34,6 +34,10 @@ TEST(NgramLookup, TheLongestLatestMatchProposesWhatFollowedIt) {
   EXPECT_EQ(ngram_lookup(std::vector<int32_t>{5, 9, 5, 7, 5}, 2, 3, 1), (std::vector<int32_t>{7, 5}));
   // A longer match is preferred to a later shorter one: "1 2" seen at 0 (then 8), "2" later (then 6).
   EXPECT_EQ(ngram_lookup(std::vector<int32_t>{1, 2, 8, 2, 6, 1, 2}, 1, 3, 1), (std::vector<int32_t>{8}));
+  // Of two earlier "2 3"s, the one whose preceding token also matches (5, then 8) beats the later (6, then 9).
+  EXPECT_EQ(ngram_lookup(std::vector<int32_t>{5, 2, 3, 8, 6, 2, 3, 9, 5, 2, 3}, 2, 2, 1), (std::vector<int32_t>{8, 6}));
+  // ... and reaching further back decides between matches that agree on one token more.
+  EXPECT_EQ(ngram_lookup(std::vector<int32_t>{4, 5, 2, 3, 8, 1, 5, 2, 3, 9, 4, 5, 2, 3}, 1, 2, 1), (std::vector<int32_t>{8}));
   // No n-gram of at least ngram_min seen before: nothing.
   EXPECT_TRUE(ngram_lookup(std::vector<int32_t>{1, 2, 3, 4}, 3, 3, 1).empty());
   EXPECT_TRUE(ngram_lookup(std::vector<int32_t>{1, 2, 9, 2}, 3, 3, 2).empty());
