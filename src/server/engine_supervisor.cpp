@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string_view>
+#include <utility>
 
 #include "server/http/upstream.h"
 #include "util/log.h"
@@ -20,6 +21,11 @@ constexpr double kQuickDeathSeconds = 10;  // a child that lived less than this 
 constexpr double kBackoffSeconds = 5;
 constexpr int kRestartsPerMinute = 3;
 constexpr auto kPoll = std::chrono::milliseconds(100);
+// A ready child is asked GET /health every kWatchdogSeconds, each ask given as long to answer;
+// one that answers nothing kWatchdogMisses times in a row (stopped, or its server stuck) is
+// killed, and restarted as a child that died. Any answer, 503 included, counts as alive.
+constexpr int kWatchdogSeconds = 5;
+constexpr int kWatchdogMisses = 3;
 
 std::string describe_exit(int status) {
   if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
@@ -94,29 +100,45 @@ int EngineSupervisor::spawn() {
   return pid > 0 ? pid : 0;
 }
 
-bool EngineSupervisor::healthy() const {
+int EngineSupervisor::health_status(double seconds) const {
   std::string why;
   auto up = http::Upstream::connect(socket_, why);
-  if (!up || !up->send("GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")) return false;
+  if (!up || !up->send("GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")) return 0;
   http::Response head;
-  return up->read_head(head, 2.0, nullptr, false) && head.status == 200;
+  return up->read_head(head, seconds, nullptr, false) ? head.status : 0;
 }
 
 bool EngineSupervisor::wait_child(int pid) {
+  int misses = 0;
+  auto next_ask = Clock::now();
   for (;;) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       exit_status_ = status;
       return true;
     }
-    bool starting = false;
+    EngineState state;
     {
       std::lock_guard lock(mutex_);
-      starting = state_ == EngineState::kStarting && !stopping_;
+      state = stopping_ ? EngineState::kStopped : state_;
     }
-    if (starting && healthy()) {
+    if (state == EngineState::kStarting && health_status(2.0) == 200) {
       set_state(EngineState::kReady);
       log::info("engine: child {} is ready", pid);
+      next_ask = Clock::now() + std::chrono::seconds(kWatchdogSeconds);
+    } else if (state == EngineState::kReady && Clock::now() >= next_ask) {
+      misses = health_status(kWatchdogSeconds) > 0 ? 0 : misses + 1;
+      next_ask = Clock::now() + std::chrono::seconds(kWatchdogSeconds);
+      if (misses >= kWatchdogMisses) {
+        log::warn("engine: child {} answered no /health {} times in a row (about {} s); killing it", pid, misses,
+                  2 * kWatchdogSeconds * misses);
+        {
+          std::lock_guard lock(mutex_);
+          watchdog_killed_ = true;
+        }
+        kill(pid, SIGKILL);
+        misses = 0;
+      }
     }
     std::this_thread::sleep_for(kPoll);
   }
@@ -149,6 +171,7 @@ void EngineSupervisor::monitor() {
     std::unique_lock lock(mutex_);
     pid_ = 0;
     last_exit_ = pid > 0 ? describe_exit(exit_status_) : "could not start (fork failed)";
+    if (std::exchange(watchdog_killed_, false)) last_exit_ += ", by the watchdog: it stopped answering /health";
     if (stopping_) {
       state_ = EngineState::kStopped;
       changed_.notify_all();

@@ -4,7 +4,9 @@
 // answers 200 on the socket. A child that dies is started again, after 5 s
 // when it lived less than 10 s; past 3 restarts within a minute the engine is
 // reported down and left so (a model that cannot load fails the same way
-// every time). The child gets SIGTERM if the parent dies.
+// every time). A ready child that stops answering /health (three asks 5 s
+// apart, each given 5 s) is killed and restarted the same way. The child gets
+// SIGTERM if the parent dies.
 #pragma once
 
 #include <chrono>
@@ -54,7 +56,7 @@ class EngineSupervisor {
   void monitor();
   int spawn();                            // the child's pid (0: fork failed)
   bool wait_child(int pid);               // until it exits (true) or it is ready / stopping
-  bool healthy() const;                   // GET /health on the socket answers 200
+  int health_status(double seconds) const;  // GET /health on the socket: its status, 0 for no answer in time
   void set_state(EngineState s);
   bool sleep_unless_stopping(double seconds);  // false: stop() came
 
@@ -71,6 +73,7 @@ class EngineSupervisor {
   std::deque<Clock::time_point> recent_restarts_;
   bool stopping_ = false;
   int exit_status_ = 0;  // the reaped child's wait status, for last_exit_
+  bool watchdog_killed_ = false;  // the running child was killed for not answering
   std::thread monitor_;
 };
 

@@ -5,7 +5,8 @@
 // child; a child that cannot load reaches the restart limit and /health says
 // the engine is down; SIGTERM to the parent lets the child finish what is in
 // flight; a client that leaves cancels the child's generation; the child sees
-// the client's address, not the socket's. And `--unix PATH` for any server.
+// the client's address, not the socket's; a child stopped with SIGSTOP is killed by the
+// parent's watchdog and replaced. And `--unix PATH` for any server.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -110,6 +111,43 @@ test('kill -9 of the engine child during 16 streams: each gets an error event, a
   })).json();
   assert.equal(reply.choices[0].text, direct.choices[0].text);
   stopServer(plain);
+  server.proc.kill('SIGTERM');
+  assert.deepEqual(await server.exit, { code: 0, signal: null });
+});
+
+test('a child that stops answering (SIGSTOP) is killed by the watchdog: the stream in flight ends with an error, a new child serves the next', { timeout: 120000 }, async () => {
+  const server = await startIsolated();
+  const before = await engine(server);
+  assert.equal(before.state, 'ready');
+  const openai = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const stream = await openai.completions.create({ model: 'kettle-demo', prompt: 'Once upon a time', max_tokens: 1900,
+    stream: true, ignore_eos: true });
+  const iterator = stream[Symbol.asyncIterator]();
+  await iterator.next();  // the first chunk: the generation runs
+  const stoppedAt = Date.now();
+  process.kill(before.pid, 'SIGSTOP');
+  try {
+    let error = null;
+    try { while (!(await iterator.next()).done) { /* what was already on its way */ } } catch (e) { error = e; }
+    assert.ok(error, 'the stream ended without an error');
+    assert.match(String(error.message), /engine stopped while answering/);
+    const killedAfter = (Date.now() - stoppedAt) / 1000;
+    assert.ok(killedAfter >= 10 && killedAfter < 60, `killed ${killedAfter} s after it stopped`);
+    let now = await engine(server);
+    for (let i = 0; i < 300 && !(now.state === 'ready' && now.pid !== before.pid); i++) {
+      await sleep(100);
+      now = await engine(server);
+    }
+    assert.equal(now.state, 'ready');
+    assert.equal(now.restarts, 1);
+    assert.match(now.last_exit, /signal 9.*watchdog/);
+    assert.ok(!processAlive(before.pid));
+    assert.match(server.stderr, new RegExp(`child ${before.pid} answered no /health 3 times in a row`));
+    const reply = await openai.completions.create({ model: 'kettle-demo', prompt: 'Hello', max_tokens: 4, temperature: 0 });
+    assert.equal(reply.usage.completion_tokens, 4);
+  } finally {
+    if (processAlive(before.pid)) process.kill(before.pid, 'SIGKILL');
+  }
   server.proc.kill('SIGTERM');
   assert.deepEqual(await server.exit, { code: 0, signal: null });
 });
