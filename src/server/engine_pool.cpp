@@ -84,6 +84,24 @@ PoolModel EnginePool::resolve(const std::string& name) {
   }
 }
 
+bool EnginePool::is_down(const PoolEngine& e) { return e.supervisor->status().state == EngineState::kDown; }
+
+// Of the engines no request holds, one that is down (its model failed to load: it only holds a
+// slot), else the least recently used; none when every engine is held or stopping.
+std::shared_ptr<PoolEngine> EnginePool::engine_to_evict() const {
+  std::shared_ptr<PoolEngine> pick;
+  bool pick_down = false;
+  for (const auto& e : engines_) {
+    if (e->stopping || e->active > 0) continue;
+    const bool down = is_down(*e);
+    if (!pick || (down && !pick_down) || (down == pick_down && e->last_used < pick->last_used)) {
+      pick = e;
+      pick_down = down;
+    }
+  }
+  return pick;
+}
+
 EnginePool::Lease EnginePool::acquire(const std::string& name, double wait_seconds,
                                       const std::function<bool()>& cancelled) {
   const PoolModel model = resolve(name);
@@ -104,13 +122,11 @@ EnginePool::Lease EnginePool::acquire(const std::string& name, double wait_secon
       ++engine->active;
       return Lease(this, engine);
     }
-    std::shared_ptr<PoolEngine> idle;
-    if (same == engines_.end())
-      for (const auto& e : engines_)
-        if (!e->stopping && e->active == 0 && (!idle || e->last_used < idle->last_used)) idle = e;
+    std::shared_ptr<PoolEngine> idle = same == engines_.end() ? engine_to_evict() : nullptr;
     if (idle) {
       idle->stopping = true;
-      log::info("engine pool: stopping {} (least recently used) to load {}", idle->model.id, model.id);
+      log::info("engine pool: stopping {} ({}) to load {}", idle->model.id,
+                is_down(*idle) ? "down" : "least recently used", model.id);
       lock.unlock();
       idle->supervisor->stop(config_.stop_seconds);
       lock.lock();

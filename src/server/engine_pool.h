@@ -3,8 +3,9 @@
 // every request goes to it whatever its `model` field says. With --model-pool N,
 // a request's `model` (a local model's id exactly, else the one id containing it;
 // none: the command line's model) picks the engine: one already running, else
-// one started for it — after the least recently used engine that no request
-// holds is stopped (it drains; its prefix cache goes to the disk tier when one is
+// one started for it — after an engine that no request holds is stopped (one
+// that is down first, its model having failed to load, else the least recently
+// used; it drains, its prefix cache going to the disk tier when one is
 // configured) if N are running. While every engine is busy, a request for
 // another model waits for one to be free, and gives up with 503 after a while.
 // A model is looked up only among the local models (the hub cache and
@@ -102,6 +103,8 @@ class EnginePool {
   using Clock = std::chrono::steady_clock;
   PoolModel resolve(const std::string& name);
   std::shared_ptr<PoolEngine> launch(const PoolModel& model);  // under mutex_
+  std::shared_ptr<PoolEngine> engine_to_evict() const;         // under mutex_
+  static bool is_down(const PoolEngine& e);
   void release(PoolEngine& engine);
 
   PoolConfig config_;

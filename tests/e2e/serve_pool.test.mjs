@@ -5,11 +5,12 @@
 // most 2 engines run at once; the least recently used is stopped (its prefix
 // cache written to its disk-tier folder); /v1/models lists every local model
 // with its size, quantization and fit; an unknown name is 404 model_not_found;
-// a stored response is found in whichever engine made it.
+// a stored response is found in whichever engine made it; an engine whose model
+// cannot load gives its slot up before a working one does.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync, symlinkSync, readdirSync, statSync } from 'node:fs';
+import { cpSync, mkdtempSync, mkdirSync, rmSync, symlinkSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,9 +28,9 @@ const models = ['kettle-demo', 'kettle-demo-draft', 'demo-q8'];
 const single = new Map();  // model id → its own single-model server
 let pool;
 
-async function startPool(args) {
+async function startPool(args, dir = modelsDir) {
   const port = await freePort();
-  const proc = spawn(kettle, ['serve', '--model-pool', '2', '--models-dir', modelsDir, '--port', String(port),
+  const proc = spawn(kettle, ['serve', '--model-pool', '2', '--models-dir', dir, '--port', String(port),
     '--threads', '2', '--no-open', ...args], { stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, HF_HUB_CACHE: join(root, 'empty-hub') } });
   const server = { proc, port, stderr: '', exited: null, base: `http://127.0.0.1:${port}` };
@@ -149,6 +150,32 @@ test('SIGTERM to a pool\'s parent stops every engine child, then it exits 0', as
   server.proc.kill('SIGTERM');
   assert.deepEqual(await server.exit, { code: 0, signal: null });
   for (const pid of pids) assert.throws(() => process.kill(pid, 0), 'the engine child is gone');
+});
+
+test('a model that cannot load is down and gives its slot up first: the next model takes it, not a working engine', { timeout: 180000 }, async () => {
+  const dir = join(root, 'models-with-broken');
+  mkdirSync(dir);
+  for (const m of ['kettle-demo', 'kettle-demo-draft']) symlinkSync(resolve(here, '../../models', m), join(dir, m));
+  const broken = join(dir, 'broken-model');
+  mkdirSync(broken);
+  for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'])
+    cpSync(resolve(here, '../../models/kettle-demo', f), join(broken, f));
+  writeFileSync(join(broken, 'model.safetensors'), Buffer.alloc(1000));  // no safetensors header: it cannot load
+  const server = await startPool([], dir);
+  running.push(server);
+  const view = async () => (await (await fetch(`${server.base}/engine`)).json()).engines;
+  await chat(server.base, 'kettle-demo', 'hello');
+  const demo = (await view()).find((e) => e.model === 'kettle-demo');
+  // The broken model's child fails until the restart limit: the request is told the engine is down.
+  await assert.rejects(chat(server.base, 'broken-model', 'hello'), (e) => e.status === 503 && /engine is down/.test(e.message));
+  assert.equal((await view()).find((e) => e.model === 'broken-model').state, 'down');
+  // Two slots, both taken, the down engine the most recently used: it goes, the working one stays.
+  assert.equal((await chat(server.base, 'kettle-demo-draft', 'hello')).model, 'kettle-demo-draft');
+  const now = await view();
+  assert.deepEqual(now.map((e) => e.model).sort(), ['kettle-demo', 'kettle-demo-draft']);
+  assert.equal(now.find((e) => e.model === 'kettle-demo').pid, demo.pid, 'the working engine was not stopped');
+  assert.match(server.stderr, /stopping broken-model \(down\) to load kettle-demo-draft/);
+  stopServer(server);
 });
 
 test('--served-model-name names the model in /v1/models and in answers', async () => {
